@@ -1,0 +1,50 @@
+"""torchrun_jsc: a drop-in ``torchrun`` that starts multi-node jobs correctly.
+
+Command line: ``torchrun_jsc [torchrun arguments] train.py``. Library: :func:`apply_fixes`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "apply_fixes"]
+
+
+def apply_fixes(strict: bool = True, argv: Optional[List[str]] = None) -> bool:
+    """Fix this process's coming torchrun launch; return whether this torch is supported.
+
+    Reads the torchrun command line from ``argv`` (default ``sys.argv[1:]``, which is then
+    rewritten in place so that ``torch.distributed.run.main()`` sees the fixed one), plans and
+    applies the fixes. With ``strict``, an unsupported torch (< 1.9, or newer than every tested
+    release) raises :class:`~torchrun_jsc.errors.UnsupportedTorchError`; without, an older torch
+    is left alone and a newer one gets the newest strategy; both return False.
+    Bad settings raise :class:`~torchrun_jsc.errors.ConfigError`.
+    """
+    import os
+
+    import torch
+
+    from .apply import carry_out, prepare
+    from .errors import UnsupportedTorchError
+    from .versions import TorchVersion, is_untested, strategy_for
+
+    version = TorchVersion.parse(str(torch.__version__))
+    try:
+        strategy_for(version)
+    except UnsupportedTorchError:
+        if strict:
+            raise
+        return False
+    if is_untested(version) and strict:
+        raise UnsupportedTorchError(f"torch {version} is newer than every tested release")
+    args = list(sys.argv[1:] if argv is None else argv)
+    prepared = prepare(args, os.environ)
+    carry_out(prepared.plan)
+    if argv is None:
+        sys.argv[1:] = list(prepared.plan.argv)
+    else:
+        argv[:] = list(prepared.plan.argv)
+    return not is_untested(version)

@@ -1,0 +1,6 @@
+"""``python -m torchrun_jsc``."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main()

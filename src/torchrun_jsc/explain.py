@@ -1,0 +1,84 @@
+"""Render a prepared launch (settings, facts, plan) as text or JSON (``TORCHRUN_JSC_EXPLAIN``)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict
+from typing import Any, Dict, List
+
+from .apply import Prepared
+
+
+def as_dict(prepared: Prepared) -> Dict[str, Any]:
+    """A JSON-ready view of everything torchrun_jsc decided on this node, and why."""
+    plan, facts = prepared.plan, prepared.facts
+    return {
+        "torch_version": plan.torch_version,
+        "strategy": plan.strategy,
+        "node": {
+            "hostname": facts.hostname,
+            "interfaces": [asdict(i) for i in facts.interfaces],
+            "python": ".".join(map(str, facts.python_version)),
+        },
+        "endpoint": {
+            "host": facts.endpoint_host,
+            "addresses": list(facts.endpoint_addresses),
+            "resolve_error": facts.resolve_error,
+            "local_addresses": list(facts.local_endpoint_addresses),
+            "route_sources": dict(facts.route_sources),
+        },
+        "node_rank": prepared.settings.node_rank,
+        "node_rank_source": prepared.settings.node_rank_source,
+        "host_node_rank": prepared.settings.host_node_rank,
+        "is_host": plan.is_host,
+        "advertised_address": plan.advertised_address,
+        "interface": plan.interface,
+        "decisions": [asdict(d) for d in plan.decisions],
+        "added_args": list(plan.added_args),
+        "argv": list(plan.argv),
+        "env": dict(plan.env),
+        "patches": [{"name": p.name, "params": p.kwargs, "reason": p.reason} for p in plan.patches],
+        "warnings": list(plan.warnings),
+        "predicted_failures": list(plan.predicted_failures),
+        "verdict": "fail" if plan.predicted_failures else "ok",
+        "gather_seconds": round(facts.seconds, 4),
+    }
+
+
+def render(prepared: Prepared, style: str) -> str:
+    """``style`` is ``"text"`` or ``"json"``."""
+    data = as_dict(prepared)
+    if style == "json":
+        return json.dumps(data, indent=2, sort_keys=False)
+    lines: List[str] = [
+        f"torchrun_jsc explain on {data['node']['hostname'] or '?'}",
+        f"  torch {data['torch_version']}, strategy for {data['strategy']}",
+    ]
+    ep = data["endpoint"]
+    if ep["host"] is not None:
+        lines.append(
+            f"  endpoint {ep['host']} -> {', '.join(ep['addresses']) or 'nothing'}"
+            + (f" ({ep['resolve_error']})" if ep["resolve_error"] else "")
+        )
+        lines.append(f"    of this node: {', '.join(ep['local_addresses']) or 'none'}")
+    if data["node_rank"] is not None:
+        lines.append(
+            f"  node rank {data['node_rank']} (from {data['node_rank_source']}), "
+            f"host node rank {data['host_node_rank']}"
+        )
+    lines.append(
+        "  interfaces: "
+        + ", ".join(f"{i['name']}={i['address']}" for i in data["node"]["interfaces"])
+    )
+    lines.append("  decisions:")
+    lines += [f"    {d['topic']}: {d['value']}  -- {d['reason']}" for d in data["decisions"]]
+    lines.append("  torchrun arguments: " + shlex.join(data["argv"]))
+    if data["env"]:
+        lines.append("  environment: " + " ".join(f"{k}={v}" for k, v in data["env"].items()))
+    for p in data["patches"]:
+        lines.append(f"  patch {p['name']} {p['params'] or ''} -- {p['reason']}")
+    lines += [f"  warning: {w}" for w in data["warnings"]]
+    lines += [f"  WILL FAIL: {f}" for f in data["predicted_failures"]]
+    lines.append(f"  verdict: {data['verdict']}")
+    return "\n".join(lines)

@@ -1,0 +1,74 @@
+"""Facts about this node that the plan needs, gathered in one place.
+
+:class:`NodeFacts` is plain data; :func:`gather` is the only function that looks at the machine.
+Tests build :class:`NodeFacts` by hand to describe any cluster layout.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+from . import network
+from .network import Interface
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What this node looks like from the launcher's point of view."""
+
+    hostname: str = ""
+    interfaces: Tuple[Interface, ...] = ()
+    #: The rendezvous endpoint host these facts were gathered for (None: none needed).
+    endpoint_host: Optional[str] = None
+    #: The endpoint's addresses, in resolver order.
+    endpoint_addresses: Tuple[str, ...] = ()
+    #: Why the endpoint did not resolve (None when it did, or when nothing was looked up).
+    resolve_error: Optional[str] = None
+    #: Endpoint address -> this node's source address towards it (None: no route).
+    route_sources: Dict[str, Optional[str]] = field(default_factory=dict)
+    #: Endpoint addresses that belong to this node.
+    local_endpoint_addresses: Tuple[str, ...] = ()
+    python_version: Tuple[int, int] = (3, 11)
+    #: Seconds spent gathering (for explain and the benchmark).
+    seconds: float = 0.0
+
+    def interface_of(self, address: str) -> Optional[str]:
+        """The interface that carries ``address``."""
+        for iface in self.interfaces:
+            if iface.address == address:
+                return iface.name
+        return None
+
+
+def gather(endpoint_host: Optional[str], resolve_timeout: float) -> NodeFacts:
+    """Look at this machine: hostname, interfaces and, if given, the endpoint's reachability."""
+    import sys
+
+    started = time.monotonic()
+    hostname = socket.gethostname()
+    ifaces = tuple(network.interfaces())
+    addresses: Tuple[str, ...] = ()
+    error: Optional[str] = None
+    routes: Dict[str, Optional[str]] = {}
+    local: Tuple[str, ...] = ()
+    if endpoint_host is not None:
+        try:
+            addresses = tuple(network.resolve(endpoint_host, resolve_timeout))
+        except OSError as exc:
+            error = exc.strerror or str(exc)
+        routes = {a: network.route_source(a) for a in addresses}
+        local = tuple(a for a in addresses if network.is_local_address(a))
+    return NodeFacts(
+        hostname=hostname,
+        interfaces=ifaces,
+        endpoint_host=endpoint_host,
+        endpoint_addresses=addresses,
+        resolve_error=error,
+        route_sources=routes,
+        local_endpoint_addresses=local,
+        python_version=(sys.version_info[0], sys.version_info[1]),
+        seconds=time.monotonic() - started,
+    )

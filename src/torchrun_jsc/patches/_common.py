@@ -1,0 +1,58 @@
+"""What every patch needs: finding a torch internal, checking its signature, undoing patches."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Iterable, List, Sequence, Tuple
+
+from ..errors import PatchDeclined
+
+_UNDO: List[Tuple[object, str, Any]] = []
+
+
+def find(module: str, qualname: str) -> Tuple[object, str, Any]:
+    """``(owner, attribute, value)`` of ``module:qualname``; PatchDeclined if missing."""
+    try:
+        owner: object = importlib.import_module(module)
+    except ImportError as exc:
+        raise PatchDeclined(f"{module} cannot be imported ({exc})") from None
+    *path, attr = qualname.split(".")
+    for part in path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            raise PatchDeclined(f"{module}.{qualname} does not exist in this torch")
+    if not hasattr(owner, attr):
+        raise PatchDeclined(f"{module}.{qualname} does not exist in this torch")
+    raw = inspect.getattr_static(owner, attr)
+    return owner, attr, raw
+
+
+def parameters(func: Any) -> Tuple[str, ...]:
+    """Parameter names of ``func`` (a function, staticmethod or classmethod object)."""
+    if isinstance(func, (staticmethod, classmethod)):
+        func = func.__func__
+    return tuple(inspect.signature(func).parameters)
+
+
+def expect(where: str, func: Any, accepted: Iterable[Sequence[str]]) -> Tuple[str, ...]:
+    """Check that ``func`` has one of the ``accepted`` parameter lists; return the one it has."""
+    found = parameters(func)
+    options = [tuple(a) for a in accepted]
+    if found not in options:
+        shown = " or ".join("(" + ", ".join(o) + ")" for o in options)
+        raise PatchDeclined(f"{where} has parameters ({', '.join(found)}); expected {shown}")
+    return found
+
+
+def replace(owner: object, attr: str, value: Any) -> None:
+    """Set ``owner.attr = value``, remembering the old value for :func:`restore_all`."""
+    _UNDO.append((owner, attr, inspect.getattr_static(owner, attr)))
+    setattr(owner, attr, value)
+
+
+def restore_all() -> None:
+    """Undo every patch installed in this process (newest first)."""
+    while _UNDO:
+        owner, attr, value = _UNDO.pop()
+        setattr(owner, attr, value)

@@ -1,0 +1,360 @@
+"""The pure planning step: (argv, environment, torch version, node facts) -> :class:`Plan`.
+
+Nothing here touches the machine; :mod:`torchrun_jsc.apply` carries a plan out. Every decision
+is recorded with its reason so that ``TORCHRUN_JSC_EXPLAIN`` can show it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import launch_args, network
+from .errors import ConfigError
+from .facts import NodeFacts
+from .launch_args import LaunchArgs, Parser
+from .settings import Settings
+from .versions import (
+    PATCH_HOST_MATCHER,
+    PATCH_STD_FROM_STR,
+    Strategy,
+    TorchVersion,
+    is_untested,
+    strategy_for,
+)
+
+SOCKET_IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+#: Rendezvous keys that the c10d handler silently ignores, with the key to use instead.
+IGNORED_RDZV_KEYS = {"timeout": "join_timeout (and read_timeout for the store)"}
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    """A runtime patch to install: its module name in :mod:`torchrun_jsc.patches` and arguments."""
+
+    name: str
+    params: Tuple[Tuple[str, object], ...] = ()
+    reason: str = ""
+
+    @property
+    def kwargs(self) -> Dict[str, object]:
+        """``params`` as a dict."""
+        return dict(self.params)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One line of the plan's reasoning: what was decided and why."""
+
+    topic: str
+    value: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What torchrun_jsc does on this node."""
+
+    torch_version: str
+    strategy: str
+    argv: Tuple[str, ...]
+    added_args: Tuple[str, ...] = ()
+    env: Tuple[Tuple[str, str], ...] = ()
+    patches: Tuple[PatchSpec, ...] = ()
+    warnings: Tuple[str, ...] = ()
+    decisions: Tuple[Decision, ...] = ()
+    #: Problems that will make the launch fail or hang (explain exits non-zero on any).
+    predicted_failures: Tuple[str, ...] = ()
+    is_host: Optional[bool] = None
+    advertised_address: Optional[str] = None
+    interface: Optional[str] = None
+
+    @property
+    def changes_anything(self) -> bool:
+        """Whether the launch differs from plain torchrun."""
+        return bool(self.added_args or self.env or self.patches)
+
+    def summary(self) -> str:
+        """One line: what was changed and why (logged at INFO)."""
+        parts = [f"torch {self.torch_version} ({self.strategy})"]
+        parts += [f"{d.topic}={d.value} ({d.reason})" for d in self.decisions]
+        if self.added_args:
+            parts.append("added " + " ".join(self.added_args))
+        if self.env:
+            parts.append("set " + " ".join(f"{k}={v}" for k, v in self.env))
+        if self.patches:
+            parts.append("patched " + ", ".join(p.name for p in self.patches))
+        return "torchrun_jsc: " + "; ".join(parts)
+
+
+@dataclass
+class _Draft:
+    argv: List[str]
+    args: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)
+    patches: List[PatchSpec] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    decisions: List[Decision] = field(default_factory=list)
+    failures: List[str] = field(default_factory=list)
+    is_host: Optional[bool] = None
+    address: Optional[str] = None
+    interface: Optional[str] = None
+
+    def decide(self, topic: str, value: object, reason: str) -> None:
+        self.decisions.append(Decision(topic, str(value), reason))
+
+
+def make_plan(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    torch_version: str,
+    facts: NodeFacts,
+    parser: Optional[Parser] = None,
+) -> Plan:
+    """Decide everything torchrun_jsc does on this node. Pure: same inputs, same plan.
+
+    Raises :class:`ConfigError` for bad settings or arguments and
+    :class:`~torchrun_jsc.errors.UnsupportedTorchError` below torch 1.9.
+    """
+    settings = Settings.from_env(env)
+    version = TorchVersion.parse(torch_version)
+    strategy = strategy_for(version)
+    draft = _Draft(argv=list(argv))
+    if is_untested(version):
+        draft.warnings.append(
+            f"torch {version} is newer than every release torchrun_jsc was tested with "
+            f"(up to 2.15); using the strategy for {strategy.label}"
+        )
+    _torch_bug_workarounds(draft, version, settings, facts)
+    args = launch_args.parse(argv, env, parser)
+    if args is None:
+        draft.decide("launch", "unchanged", "torchrun stops on this command line by itself")
+    elif _needs_fixing(draft, args):
+        _fix_rendezvous(draft, args, env, settings, strategy, facts)
+    return _finish(draft, version, strategy, args)
+
+
+def _torch_bug_workarounds(
+    draft: _Draft, version: TorchVersion, settings: Settings, facts: NodeFacts
+) -> None:
+    if version.key < (2, 0) and facts.python_version >= (3, 11):
+        if settings.fix_torch_bugs:
+            draft.patches.append(
+                PatchSpec(
+                    PATCH_STD_FROM_STR,
+                    reason="torch < 2.0 on Python >= 3.11 cannot read --redirects/--tee",
+                )
+            )
+        else:
+            draft.warnings.append(
+                "torch < 2.0 on Python >= 3.11 crashes with the default --redirects/--tee; "
+                "TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves it so"
+            )
+
+
+def _needs_fixing(draft: _Draft, args: LaunchArgs) -> bool:
+    if args.standalone:
+        draft.decide("rendezvous", "unchanged", "--standalone runs on this node only")
+        return False
+    if args.rdzv_backend != "c10d":
+        draft.decide("rendezvous", "unchanged", f"backend {args.rdzv_backend!r} is not c10d")
+        return False
+    if not args.rdzv_endpoint:
+        draft.decide("rendezvous", "unchanged", "no --rdzv_endpoint: torch uses localhost")
+        return False
+    host, _ = network.split_endpoint(args.rdzv_endpoint)
+    if network.is_loopback_host(host):
+        draft.decide("rendezvous", "unchanged", f"endpoint {host} is this machine's loopback")
+        return False
+    if args.script_index < 0:
+        draft.warnings.append(
+            "cannot find the training script in the command line; arguments left unchanged"
+        )
+        return False
+    return True
+
+
+def endpoint_host(
+    argv: Sequence[str], env: Mapping[str, str], parser: Optional[Parser] = None
+) -> Optional[str]:
+    """The endpoint host whose facts the plan will need, or None when it needs none."""
+    args = launch_args.parse(argv, env, parser)
+    if args is None or args.standalone or args.rdzv_backend != "c10d" or not args.rdzv_endpoint:
+        return None
+    try:
+        host, _ = network.split_endpoint(args.rdzv_endpoint)
+    except ConfigError:
+        return None
+    return None if network.is_loopback_host(host) else host
+
+
+def _fix_rendezvous(
+    draft: _Draft,
+    args: LaunchArgs,
+    env: Mapping[str, str],
+    settings: Settings,
+    strategy: Strategy,
+    facts: NodeFacts,
+) -> None:
+    host, _ = network.split_endpoint(args.rdzv_endpoint)
+    conf = launch_args.parse_rdzv_conf(args.rdzv_conf)
+    for key, instead in IGNORED_RDZV_KEYS.items():
+        if key in conf:
+            draft.warnings.append(
+                f"--rdzv_conf {key}={conf[key]} is ignored by torch's c10d rendezvous; "
+                f"use {instead}"
+            )
+    if facts.resolve_error is not None or not facts.endpoint_addresses:
+        raise ConfigError(
+            f"--rdzv_endpoint host {host!r} does not resolve on {facts.hostname or 'this node'}"
+            f" ({facts.resolve_error or 'no address'}) after "
+            f"{settings.resolve_timeout:g} s; accepted: a name or address every node can resolve"
+        )
+    if all(_is_loopback(a) for a in facts.endpoint_addresses):
+        draft.decide(
+            "rendezvous", "unchanged", f"endpoint {host} resolves to loopback addresses only"
+        )
+        return
+    local = bool(facts.local_endpoint_addresses)
+    _decide_is_host(draft, conf, settings, host, local)
+    _decide_address(draft, args, settings, strategy, facts)
+    if draft.is_host and not local:
+        draft.failures.append(
+            f"this node would host the rendezvous store, but the endpoint {host} "
+            f"({', '.join(facts.endpoint_addresses)}) is not one of its addresses"
+        )
+    if draft.is_host is False and local and "is_host" not in conf:
+        draft.warnings.append(
+            f"the endpoint {host} is an address of this node, but it will not host the store "
+            f"(node rank {settings.node_rank} != host node rank {settings.host_node_rank}); "
+            f"set TORCHRUN_JSC_HOST_NODE_RANK={settings.node_rank} if this node is the host"
+        )
+    _decide_ifname(draft, env, settings)
+
+
+def _decide_is_host(
+    draft: _Draft, conf: Dict[str, str], settings: Settings, host: str, local: bool
+) -> None:
+    if "is_host" in conf:
+        draft.is_host = launch_args.parse_torch_bool("is_host", conf["is_host"])
+        draft.decide("is_host", int(draft.is_host), "given by the user; kept")
+        return
+    if not settings.prefer_arg_patching:
+        draft.is_host = local
+        draft.patches.append(
+            PatchSpec(
+                PATCH_HOST_MATCHER,
+                (("host", host), ("is_local", local)),
+                reason="TORCHRUN_JSC_PREFER_ARG_PATCHING=0",
+            )
+        )
+        draft.decide(
+            "is_host",
+            int(local),
+            f"host recognition patched: {host} {'is' if local else 'is not'} an address of this"
+            " node",
+        )
+        return
+    if settings.node_rank is not None:
+        is_host = settings.node_rank == settings.host_node_rank
+        reason = (
+            f"node rank {settings.node_rank} (from {settings.node_rank_source}) "
+            f"{'==' if is_host else '!='} host node rank {settings.host_node_rank}"
+        )
+    elif settings.host_by_address:
+        is_host = local
+        reason = f"{host} {'is' if local else 'is not'} an address of this node"
+    else:
+        draft.decide("is_host", "torch's guess", "no node rank and TORCHRUN_JSC_HOST_BY_ADDRESS=0")
+        return
+    draft.is_host = is_host
+    conf["is_host"] = "1" if is_host else "0"
+    draft.args.append(f"--rdzv_conf={launch_args.format_rdzv_conf(conf)}")
+    draft.decide("is_host", int(is_host), reason)
+
+
+def _decide_address(
+    draft: _Draft, args: LaunchArgs, settings: Settings, strategy: Strategy, facts: NodeFacts
+) -> None:
+    address, how = _own_address(facts)
+    if address is not None:
+        draft.address = address
+        draft.interface = facts.interface_of(address)
+    if args.local_addr is not None and strategy.local_addr_arg:
+        draft.decide("advertised address", args.local_addr, "--local_addr given by the user; kept")
+        return
+    if not settings.advertise_own_address:
+        draft.decide(
+            "advertised address", "torch's default", "TORCHRUN_JSC_ADVERTISE_OWN_ADDRESS=0"
+        )
+        return
+    if args.local_addr is not None:
+        # A torch that takes --local_addr but ignores it for MASTER_ADDR (2.4): honour it.
+        address, how = args.local_addr, "--local_addr given by the user"
+    elif address is None:
+        draft.failures.append(
+            f"no route from this node to the endpoint ({', '.join(facts.endpoint_addresses)})"
+        )
+        return
+    if strategy.local_addr_arg and not settings.prefer_old_solution:
+        draft.args.append(f"--local_addr={address}")
+        mechanism = "--local_addr"
+    else:
+        draft.patches.append(
+            PatchSpec(
+                strategy.advertise_patch,
+                (("address", address),),
+                reason=f"torch {strategy.label}: {strategy.master_addr}",
+            )
+        )
+        mechanism = f"patch {strategy.advertise_patch}"
+    draft.decide("advertised address", address, f"{how}; via {mechanism}")
+
+
+def _is_loopback(address: str) -> bool:
+    ip = network.ip_of(address)
+    return ip is not None and ip.is_loopback
+
+
+def _own_address(facts: NodeFacts) -> Tuple[Optional[str], str]:
+    for address in facts.endpoint_addresses:
+        if address in facts.local_endpoint_addresses:
+            return address, "the endpoint address is this node's"
+    for address in facts.endpoint_addresses:
+        source = facts.route_sources.get(address)
+        if source:
+            return source, f"this node's source address towards {address}"
+    return None, ""
+
+
+def _decide_ifname(draft: _Draft, env: Mapping[str, str], settings: Settings) -> None:
+    if not settings.set_socket_ifname or draft.interface is None:
+        return
+    for name in SOCKET_IFNAME_VARIABLES:
+        if env.get(name):
+            draft.decide(name, env[name], "set by the user; kept")
+        else:
+            draft.env[name] = draft.interface
+            draft.decide(name, draft.interface, f"the interface of {draft.address}")
+
+
+def _finish(
+    draft: _Draft, version: TorchVersion, strategy: Strategy, args: Optional[LaunchArgs]
+) -> Plan:
+    argv = list(draft.argv)
+    if draft.args and args is not None:
+        argv[args.script_index : args.script_index] = draft.args
+    return Plan(
+        torch_version=str(version),
+        strategy=strategy.label,
+        argv=tuple(argv),
+        added_args=tuple(draft.args),
+        env=tuple(sorted(draft.env.items())),
+        patches=tuple(draft.patches),
+        warnings=tuple(draft.warnings),
+        decisions=tuple(draft.decisions),
+        predicted_failures=tuple(draft.failures),
+        is_host=draft.is_host,
+        advertised_address=draft.address,
+        interface=draft.interface,
+    )
