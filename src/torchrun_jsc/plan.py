@@ -216,6 +216,7 @@ def _fix_rendezvous(
         )
         return
     local = bool(facts.local_endpoint_addresses)
+    user_is_host = conf.get("is_host")
     _decide_is_host(draft, conf, settings, host, local)
     _decide_address(draft, args, settings, strategy, facts)
     if draft.is_host and not local:
@@ -223,11 +224,16 @@ def _fix_rendezvous(
             f"this node would host the rendezvous store, but the endpoint {host} "
             f"({', '.join(facts.endpoint_addresses)}) is not one of its addresses"
         )
-    if draft.is_host is False and local and "is_host" not in conf:
-        draft.warnings.append(
-            f"the endpoint {host} is an address of this node, but it will not host the store "
-            f"(node rank {settings.node_rank} != host node rank {settings.host_node_rank}); "
-            f"set TORCHRUN_JSC_HOST_NODE_RANK={settings.node_rank} if this node is the host"
+    if draft.is_host is False and local:
+        why = next(d.reason for d in draft.decisions if d.topic == "is_host")
+        fix = (
+            f"set TORCHRUN_JSC_HOST_NODE_RANK={settings.node_rank}"
+            if settings.node_rank is not None and user_is_host is None
+            else "give is_host=1 on this node only"
+        )
+        draft.failures.append(
+            f"the endpoint {host} is an address of this node, but this node will not host "
+            f"the store ({why}); {fix}"
         )
     _decide_ifname(draft, env, settings)
 

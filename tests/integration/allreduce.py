@@ -1,0 +1,19 @@
+"""Workload for the loopback integration tests: gloo all_reduce of rank+1, one result line."""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+value = torch.tensor([float(rank + 1)])
+dist.all_reduce(value)
+expect = world * (world + 1) // 2
+print(
+    f"RESULT rank={rank} world={world} allreduce={value.item():g} expect={expect} "
+    f"master_addr={os.environ.get('MASTER_ADDR')} gloo_ifname={os.environ.get('GLOO_SOCKET_IFNAME')}",
+    flush=True,
+)
+dist.destroy_process_group()
+raise SystemExit(0 if value.item() == expect else 3)
