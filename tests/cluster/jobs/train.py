@@ -1,0 +1,55 @@
+"""Cluster workload: gloo process group, one all_reduce, one ``TRJSC_RESULT`` line per rank.
+
+Env knobs:
+  TRJSC_PG_TIMEOUT       init_process_group timeout in seconds (default 60)
+  TRJSC_CRASH_ONCE_FILE  if set and the file does not exist yet, the first process to create
+                         it exits 1 before initialising (for restart/fault scenarios)
+Exit status is non-zero when the all_reduce result is wrong.
+"""
+
+import datetime
+import os
+import socket
+import sys
+import time
+
+
+def main() -> int:
+    crash_file = os.environ.get("TRJSC_CRASH_ONCE_FILE")
+    if crash_file:
+        try:
+            os.close(os.open(crash_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            pass
+        else:
+            print(f"TRJSC_CRASH host={socket.gethostname()} rank={os.environ.get('RANK')}",
+                  flush=True)
+            return 1
+
+    import torch
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=float(os.environ.get("TRJSC_PG_TIMEOUT", "60")))
+    t0 = time.monotonic()
+    dist.init_process_group("gloo", timeout=timeout)
+    t1 = time.monotonic()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x = torch.tensor([float(rank + 1)])
+    dist.all_reduce(x)
+    t2 = time.monotonic()
+    got, expect = int(x.item()), world * (world + 1) // 2
+    env = os.environ.get
+    print(
+        f"TRJSC_RESULT host={socket.gethostname()} rank={rank} world={world} "
+        f"local_rank={env('LOCAL_RANK')} group_rank={env('GROUP_RANK')} "
+        f"allreduce={got} expect={expect} master_addr={env('MASTER_ADDR')} "
+        f"master_port={env('MASTER_PORT')} restarts={env('TORCHELASTIC_RESTART_COUNT')} "
+        f"init_s={t1 - t0:.2f} allreduce_s={t2 - t1:.3f}",
+        flush=True,
+    )
+    dist.destroy_process_group()
+    return 0 if got == expect else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

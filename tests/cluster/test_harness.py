@@ -1,0 +1,208 @@
+"""End-to-end checks of the namespace Slurm cluster and the bug it reproduces."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.harness import (
+    Cluster,
+    free_prefix,
+    ib_ip,
+    mgmt_ip,
+    pid_alive,
+    route_metric,
+    split_labeled,
+)
+from tests.cluster.scenarios import (
+    assert_failed,
+    assert_training_ok,
+    describe,
+    on_each_node,
+    torchrun_argv,
+)
+
+pytestmark = pytest.mark.cluster
+REPO = Path(__file__).resolve().parents[2]
+FAIL_RDZV = "join_timeout=10,read_timeout=10"  # `timeout=` would be silently ignored
+
+
+def _tmp_torchelastic() -> set[str]:
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("torchelastic_")}
+
+
+def test_srun_runs_one_task_per_node(cluster: Cluster) -> None:
+    r = cluster.srun(["bash", "-c", 'echo "$(hostname) $SLURM_NODEID $SLURM_JOB_NODELIST $TMPDIR"'])
+    assert r.returncode == 0, describe(r)
+    lines = sorted(split_labeled(r.stdout).values())
+    expect = [
+        f"node{i} {i} node[0-3] {cluster.node_tmpdir(i)}" for i in range(cluster.nodes)
+    ]
+    assert lines == expect, describe(r)
+
+
+def test_sbatch_with_srun_inside(cluster: Cluster) -> None:
+    script = cluster.workdir / "hello.sbatch"  # type: ignore[operator]
+    script.write_text(
+        "#!/bin/bash\n#SBATCH -N4\n#SBATCH --ntasks-per-node=1\n"
+        'echo "batch on $(hostname) nodes=$SLURM_JOB_NODELIST"\n'
+        "srun bash -c 'echo \"step $(hostname) $SLURM_NODEID\"'\n"
+    )
+    jobid = cluster.sbatch(script)
+    state, code = cluster.wait_job(jobid, timeout=60)
+    out = cluster.job_output_path(jobid).read_text()
+    assert (state, code) == ("COMPLETED", 0), out
+    assert "batch on node0 nodes=node[0-3]" in out
+    assert sorted(ln for ln in out.splitlines() if ln.startswith("step")) == [
+        f"step node{i} {i}" for i in range(4)
+    ], out
+
+
+_LISTEN = """
+import socket, time
+s4 = socket.socket(socket.AF_INET)
+s4.bind(("0.0.0.0", 7777)); s4.listen(64)
+s6 = socket.socket(socket.AF_INET6)
+s6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+s6.bind(("::", 7777)); s6.listen(64)
+print("ready", flush=True)
+time.sleep(60)
+"""
+_PROBE = """
+import socket, sys
+for name in sys.argv[1:]:
+    try:
+        socket.create_connection((name, 7777), timeout=2).close()
+        print(name, "ok")
+    except OSError as e:
+        print(name, "fail", e)
+"""
+
+
+def test_network_isolation(cluster: Cluster) -> None:
+    # root namespace: every test subnet is unreachable, nothing can leak out of the machine
+    for addr in (ib_ip(0), mgmt_ip(0), "fd00:78::10"):
+        r = subprocess.run(["ip", "route", "get", addr], capture_output=True, text=True)
+        assert r.returncode != 0 or "unreachable" in r.stdout, (addr, r.stdout, r.stderr)
+    py = str(cluster.python)
+    listener = cluster.node_exec(0, [py, "-c", _LISTEN])
+    try:
+        assert listener.stdout is not None
+        assert listener.stdout.readline().strip() == "ready"
+        targets = ["node0", "node0i", "node0i6", mgmt_ip(0)]
+        res = cluster.run_on_nodes([[py, "-c", _PROBE, *targets]] * 2, nodes=[1, 2], timeout=30)
+    finally:
+        listener.kill()
+        listener.communicate()
+    got = {r.name: dict(ln.split(" ", 1) for ln in r.stdout.splitlines()) for r in res}
+    ok = {name: {t for t, v in d.items() if v == "ok"} for name, d in got.items()}
+    assert ok == {"node1": set(targets), "node2": {"node0i", "node0i6"}}, describe(res)
+
+
+def test_plain_torchrun_fails_with_ib_endpoint(cluster: Cluster) -> None:
+    """The bug: nobody hosts the store for node0i:29500, every agent gives up."""
+    argv = torchrun_argv(cluster.python, 4, "node0i:29500", rdzv_conf=FAIL_RDZV)
+    r = cluster.srun(argv, timeout=120)
+    assert not r.timed_out, describe(r)
+    assert_failed(r, "RendezvousConnectionError", min_count=4)
+
+
+def test_hand_fixed_torchrun_succeeds_via_srun(cluster: Cluster) -> None:
+    before = _tmp_torchelastic()
+    argv = torchrun_argv(
+        cluster.python, 4, "node0i:29500",
+        rdzv_conf="is_host=@IS_FIRST@,join_timeout=60,read_timeout=60",
+        extra=["--local_addr=@HOSTNAME@i"],
+    )  # fmt: skip
+    r = cluster.srun(on_each_node(argv), env={"GLOO_SOCKET_IFNAME": "ib"}, timeout=180)
+    assert_training_ok(cluster, r, world=4, master_addr="node0i")
+    assert _tmp_torchelastic() <= before, "torchrun wrote to /tmp instead of the node TMPDIR"
+    assert list(cluster.node_tmpdir(3).glob("torchelastic_*")), "node TMPDIR unused"
+
+
+def test_hand_fixed_torchrun_succeeds_without_slurm(cluster: Cluster) -> None:
+    """Same fix through run_on_nodes: the pattern launcher scenarios use."""
+    argvs = [
+        torchrun_argv(
+            cluster.python, 4, "node0i:29500",
+            rdzv_conf=f"is_host={int(i == 0)},join_timeout=60,read_timeout=60",
+            extra=[f"--local_addr=node{i}i"],
+        )
+        for i in range(4)
+    ]  # fmt: skip
+    envs = [{"GLOO_SOCKET_IFNAME": "ib"}] * 4
+    res = cluster.run_on_nodes(argvs, envs, timeout=180)
+    assert_training_ok(cluster, res, world=4, master_addr="node0i")
+
+
+def _leftovers(c: Cluster, daemon_pids: list[int], before_tmp: set[str]) -> list[str]:
+    """Everything of ``c`` still present on the machine after down()."""
+    p = c.prefix
+    found = []
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [f"netns {n}" for n in ns.split() if n.startswith(f"{p}node") or n == f"{p}ctl"]
+    metric = f"metric {route_metric(p)} "
+    for fam in ("-4", "-6"):
+        routes = subprocess.run(["ip", fam, "route"], capture_output=True, text=True).stdout
+        found += [f"route {ln}" for ln in routes.splitlines() if metric in ln + " "]
+    found += [f"link {n}" for n in os.listdir("/sys/class/net") if n.startswith(p)]
+    found += [f"pid {pid}" for pid in daemon_pids if pid_alive(pid)]
+    if os.path.isdir("/etc/netns"):
+        found += [f"/etc/netns/{n}" for n in os.listdir("/etc/netns") if n.startswith(p)]
+    assert c.workdir is not None
+    if c.workdir.exists():
+        found.append(f"workdir {c.workdir}")
+    new_tmp = set(os.listdir(tempfile.gettempdir())) - before_tmp
+    found += [f"tmp {n}" for n in new_tmp if n.startswith(("trjsc", "torchelastic", "slurm"))]
+    return found
+
+
+@pytest.mark.parametrize("how", ["down", "exception", "other-process"])
+def test_teardown_leaves_nothing(how: str) -> None:
+    before_tmp = set(os.listdir(tempfile.gettempdir()))
+    c = Cluster(nodes=2, prefix=free_prefix("trjt"), keep_logs=False)
+    pids: list[int] = []
+    expect_boom = pytest.raises(RuntimeError, match="boom") if how == "exception" else None
+    with expect_boom or contextlib.nullcontext(), c:
+        pids = list(c.state["pids"].values())
+        assert len(pids) == 3
+        r = c.srun(["hostname"])
+        assert sorted(split_labeled(r.stdout).values()) == ["node0", "node1"], describe(r)
+        leftover = c.node_exec(1, ["sleep", "300"])  # must be killed by down()
+        pids.append(leftover.pid)
+        if how == "exception":
+            raise RuntimeError("boom")
+        if how == "other-process":
+            state = json.loads((c.workdir / "state.json").read_text())  # type: ignore[operator]
+            assert {"routes", "netns", "links", "pids", "etc_netns"} <= set(state)
+            subprocess.run(
+                [sys.executable, "-m", "tests.cluster.harness", "down",
+                 "--workdir", str(c.workdir)],
+                cwd=REPO, check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            assert not _leftovers(c, pids, before_tmp)
+    leftover.wait(5)
+    assert not _leftovers(c, pids, before_tmp)
+    assert {len(c.state[k]) for k in ("routes", "netns", "links")} == {0}
+    c.down()  # idempotent
+
+
+def test_sixteen_nodes(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    t0 = time.monotonic()
+    c = make_cluster(nodes=16, prefix="trjx")
+    up = time.monotonic() - t0
+    r = c.srun(["bash", "-c", 'echo "$(hostname) $SLURM_NODEID $(getent hosts $(hostname)i6)"'])
+    assert r.returncode == 0, describe(r)
+    lines = sorted((" ".join(v.split()) for v in split_labeled(r.stdout).values()),
+                   key=lambda s: int(s.split()[1]))
+    assert lines == [f"node{i} {i} fd00:78::{10 + i} node{i}i6" for i in range(16)], describe(r)
+    print(f"16 nodes up in {up:.1f}s, srun -N16 {r.elapsed:.1f}s")
+    c.down()
