@@ -20,6 +20,7 @@ from tests.cluster.harness import Cluster, free_prefix, missing_requirements
 
 HERE = Path(__file__).resolve().parent
 _why: list[str] | None = None
+_kept: list[Path] = []
 
 
 def node_python() -> Path:
@@ -55,6 +56,13 @@ def make_cluster() -> Iterator[Callable[..., Cluster]]:
     finally:
         for c in reversed(made):
             c.down()
+            if c.keep_logs and c.workdir is not None:
+                _kept.append(c.workdir)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for w in _kept:
+        terminalreporter.write_line(f"cluster logs kept (TRJSC_KEEP_CLUSTER_LOGS=1): {w}")
 
 
 @pytest.fixture(scope="session")

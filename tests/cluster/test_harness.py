@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,11 +33,7 @@ from tests.cluster.scenarios import (
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
-FAIL_RDZV = "join_timeout=10,read_timeout=10"  # `timeout=` would be silently ignored
-
-
-def _tmp_torchelastic() -> set[str]:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("torchelastic_")}
+FAIL_RDZV = "join_timeout=5,read_timeout=5"  # `timeout=` would be silently ignored by torch
 
 
 def test_srun_runs_one_task_per_node(cluster: Cluster) -> None:
@@ -116,7 +113,6 @@ def test_plain_torchrun_fails_with_ib_endpoint(cluster: Cluster) -> None:
 
 
 def test_hand_fixed_torchrun_succeeds_via_srun(cluster: Cluster) -> None:
-    before = _tmp_torchelastic()
     argv = torchrun_argv(
         cluster.python, 4, "node0i:29500",
         rdzv_conf="is_host=@IS_FIRST@,join_timeout=60,read_timeout=60",
@@ -124,8 +120,8 @@ def test_hand_fixed_torchrun_succeeds_via_srun(cluster: Cluster) -> None:
     )  # fmt: skip
     r = cluster.srun(on_each_node(argv), env={"GLOO_SOCKET_IFNAME": "ib"}, timeout=180)
     assert_training_ok(cluster, r, world=4, master_addr="node0i")
-    assert _tmp_torchelastic() <= before, "torchrun wrote to /tmp instead of the node TMPDIR"
-    assert list(cluster.node_tmpdir(3).glob("torchelastic_*")), "node TMPDIR unused"
+    for i in range(4):  # torchrun's /tmp/torchelastic_* dirs land in the node's TMPDIR
+        assert list(cluster.node_tmpdir(i).glob("torchelastic_*")), f"node{i} TMPDIR unused"
 
 
 def test_hand_fixed_torchrun_succeeds_without_slurm(cluster: Cluster) -> None:
@@ -160,20 +156,23 @@ def _leftovers(c: Cluster, daemon_pids: list[int], before_tmp: set[str]) -> list
     assert c.workdir is not None
     if c.workdir.exists():
         found.append(f"workdir {c.workdir}")
+    # the harness only ever creates its workdir; Slurm/munge must not write /tmp either
+    # (other users of this machine create trjsc-cluster-*/torchelastic_* dirs concurrently)
     new_tmp = set(os.listdir(tempfile.gettempdir())) - before_tmp
-    found += [f"tmp {n}" for n in new_tmp if n.startswith(("trjsc", "torchelastic", "slurm"))]
+    found += [f"tmp {n}" for n in new_tmp if n.startswith(("slurm", "munge", c.prefix))]
     return found
 
 
-@pytest.mark.parametrize("how", ["down", "exception", "other-process"])
+@pytest.mark.parametrize("how", ["down", "munge", "exception", "other-process"])
 def test_teardown_leaves_nothing(how: str) -> None:
     before_tmp = set(os.listdir(tempfile.gettempdir()))
-    c = Cluster(nodes=2, prefix=free_prefix("trjt"), keep_logs=False)
+    auth = "munge" if how == "munge" else "none"
+    c = Cluster(nodes=2, prefix=free_prefix("trjt"), auth=auth, keep_logs=False)
     pids: list[int] = []
     expect_boom = pytest.raises(RuntimeError, match="boom") if how == "exception" else None
     with expect_boom or contextlib.nullcontext(), c:
         pids = list(c.state["pids"].values())
-        assert len(pids) == 3
+        assert len(pids) == (4 if auth == "munge" else 3)
         r = c.srun(["hostname"])
         assert sorted(split_labeled(r.stdout).values()) == ["node0", "node1"], describe(r)
         leftover = c.node_exec(1, ["sleep", "300"])  # must be killed by down()
@@ -193,6 +192,32 @@ def test_teardown_leaves_nothing(how: str) -> None:
     assert not _leftovers(c, pids, before_tmp)
     assert {len(c.state[k]) for k in ("routes", "netns", "links")} == {0}
     c.down()  # idempotent
+
+
+_HOLD = """
+import sys, time
+from tests.cluster.harness import Cluster
+c = Cluster(nodes=2, prefix=sys.argv[1], keep_logs=False).up()
+print(c.workdir, *c.state["pids"].values(), flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_teardown_on_signal(sig: int) -> None:
+    before_tmp = set(os.listdir(tempfile.gettempdir()))
+    prefix = free_prefix("trjs")
+    p = subprocess.Popen([sys.executable, "-c", _HOLD, prefix], cwd=REPO, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None
+    line = p.stdout.readline().split()
+    assert line, p.communicate(timeout=30)
+    workdir, pids = Path(line[0]), [int(x) for x in line[1:]]
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0
+    c = Cluster(nodes=2, prefix=prefix, workdir=workdir)
+    assert not _leftovers(c, pids, before_tmp), err
 
 
 def test_sixteen_nodes(make_cluster) -> None:  # type: ignore[no-untyped-def]
