@@ -177,14 +177,19 @@ def _needs_fixing(draft: _Draft, args: LaunchArgs) -> bool:
 def endpoint_host(
     argv: Sequence[str], env: Mapping[str, str], parser: Optional[Parser] = None
 ) -> Optional[str]:
-    """The endpoint host whose facts the plan will need, or None when it needs none."""
+    """The endpoint host whose facts the plan will need, or None when it needs none.
+
+    Validates, before any look-up, every input that needs none (settings, endpoint syntax,
+    rendezvous configuration), raising :class:`ConfigError` as :func:`make_plan` would.
+    """
+    Settings.from_env(env)
     args = launch_args.parse(argv, env, parser)
     if args is None or args.standalone or args.rdzv_backend != "c10d" or not args.rdzv_endpoint:
         return None
-    try:
-        host, _ = network.split_endpoint(args.rdzv_endpoint)
-    except ConfigError:
-        return None
+    host, _ = network.split_endpoint(args.rdzv_endpoint)
+    conf = launch_args.parse_rdzv_conf(args.rdzv_conf)
+    if "is_host" in conf:
+        launch_args.parse_torch_bool("is_host", conf["is_host"])
     return None if network.is_loopback_host(host) else host
 
 
@@ -204,6 +209,8 @@ def _fix_rendezvous(
                 f"--rdzv_conf {key}={conf[key]} is ignored by torch's c10d rendezvous; "
                 f"use {instead}"
             )
+    if "is_host" in conf:
+        launch_args.parse_torch_bool("is_host", conf["is_host"])
     if facts.resolve_error is not None or not facts.endpoint_addresses:
         raise ConfigError(
             f"--rdzv_endpoint host {host!r} does not resolve on {facts.hostname or 'this node'}"

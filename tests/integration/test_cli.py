@@ -1,0 +1,121 @@
+"""The command line for real, on this machine's loopback: real torch, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).parent
+WORKLOAD = str(HERE / "allreduce.py")
+
+
+def run(args: list[str], env: Optional[Dict[str, str]] = None, timeout: float = 120
+        ) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("TORCHRUN_JSC_", "PET_", "SLURM_"))}
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "torchrun_jsc", *args], env=full,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_standalone_two_workers_all_reduce() -> None:
+    out = run(["--standalone", "--nproc-per-node=2", WORKLOAD])
+    assert out.returncode == 0, out.stderr[-2000:]
+    results = [line for line in out.stdout.splitlines() if line.startswith("RESULT")]
+    assert sorted(r.split()[1] for r in results) == ["rank=0", "rank=1"]
+    assert all("allreduce=3 expect=3" in r for r in results)
+    assert all("gloo_ifname=None" in r for r in results), "standalone is left untouched"
+
+
+def test_worker_failure_keeps_torchrun_exit_code(tmp_path: Path) -> None:
+    script = tmp_path / "fail.py"
+    script.write_text("raise SystemExit(7)\n")
+    out = run(["--standalone", "--nproc-per-node=1", str(script)])
+    assert out.returncode == 1, "torchrun reports a failed worker with exit code 1"
+    assert "ChildFailedError" in out.stderr
+
+
+def test_help_is_torchruns() -> None:
+    out = run(["--help"])
+    assert out.returncode == 0
+    assert "--rdzv-endpoint" in out.stdout or "--rdzv_endpoint" in out.stdout
+
+
+def test_usage_error_is_torchruns() -> None:
+    out = run(["--no-such-option", WORKLOAD])
+    assert out.returncode == 2
+    assert "unrecognized arguments: --no-such-option" in out.stderr
+    assert out.stderr.count("usage:") == 1, "reported once, by torchrun"
+
+
+BAD = [
+    ({"TORCHRUN_JSC_PREFER_ARG_PATCHING": "yes"}, [],
+     "TORCHRUN_JSC_PREFER_ARG_PATCHING='yes' is not valid; accepted: 0 or 1"),
+    ({"TORCHRUN_JSC_NODE_RANK": "abc"}, [],
+     "TORCHRUN_JSC_NODE_RANK='abc' is not valid; accepted: an integer >= 0"),
+    ({"TORCHRUN_JSC_NODE_RANK": "-2"}, [],
+     "TORCHRUN_JSC_NODE_RANK='-2' is not valid; accepted: an integer >= 0"),
+    ({}, ["--rdzv_conf=is_host=maybe"],
+     "--rdzv_conf is_host='maybe' is not valid; accepted: 1/0, true/false, t/f, yes/no, y/n"),
+    ({"TORCHRUN_JSC_RESOLVE_TIMEOUT": "1"}, ["--rdzv_endpoint=no-such-host.invalid:29500"],
+     "--rdzv_endpoint host 'no-such-host.invalid' does not resolve on"),
+]
+
+
+@pytest.mark.parametrize(("env", "extra", "message"), BAD,
+                         ids=["arg-patching", "rank-abc", "rank-negative", "is-host", "resolve"])
+def test_bad_input_one_line_exit_2_nothing_launched(
+    tmp_path: Path, env: Dict[str, str], extra: list[str], message: str
+) -> None:
+    marker = tmp_path / "launched"
+    script = tmp_path / "mark.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    args = ["--nnodes=1", "--rdzv_backend=c10d", "--rdzv_endpoint=node0i.invalid:29500",
+            *extra, str(script)]
+    out = run(args, env=env, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"torchrun_jsc: error: {message}"), out.stderr
+    assert out.stderr.count("\n") == 1, "one line"
+    assert "Traceback" not in out.stderr
+    assert not marker.exists()
+
+
+def test_explain_json_without_launching(tmp_path: Path) -> None:
+    out = run(["--nnodes=2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:29500",
+               "train.py"], env={"TORCHRUN_JSC_EXPLAIN": "json"})
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["verdict"] == "ok"
+    assert data["argv"][-1] == "train.py"
+    assert any(d["value"] == "unchanged" for d in data["decisions"])
+
+
+def test_explain_predicts_failure_with_nonzero_exit() -> None:
+    out = run(["--rdzv_backend=c10d", "--rdzv_endpoint=192.0.2.250:29500", "train.py"],
+              env={"TORCHRUN_JSC_EXPLAIN": "text", "TORCHRUN_JSC_NODE_RANK": "0"})
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "WILL FAIL: this node would host the rendezvous store" in out.stdout
+    assert "verdict: fail" in out.stdout
+
+
+def test_apply_fixes_as_a_library() -> None:
+    code = (
+        "import sys, torchrun_jsc\n"
+        "sys.argv = ['x', '--rdzv_backend=c10d', '--rdzv_endpoint=localhost:1', 't.py']\n"
+        "print(torchrun_jsc.apply_fixes(strict=True), torchrun_jsc.__version__, sys.argv)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    ok, version, argv = out.stdout.split(" ", 2)
+    assert ok == "True"
+    assert version.count(".") == 2
+    assert "'t.py'" in argv
