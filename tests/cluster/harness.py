@@ -671,6 +671,15 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         st = self.state
         if not st or st.get("down"):
             return
+        # a second Ctrl-C must not interrupt the teardown: hold signals until it is done
+        held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            self._teardown(st)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+    def _teardown(self, st: dict[str, Any]) -> None:
         errors: list[str] = []
         try:
             self._kill_all()
@@ -799,7 +808,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         r = self.login(cmd, env=env, timeout=60)
         if r.returncode != 0:
             raise ClusterError(f"sbatch failed ({r.returncode}): {r.output}")
-        return r.stdout.strip().split(";")[0]
+        return str(r.stdout).strip().split(";")[0]
 
     def job_output_path(self, jobid: str) -> Path:
         """Where :meth:`sbatch` sends the job's output."""
@@ -858,7 +867,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         """Run ``argv_per_node[k]`` on node ``nodes[k]`` (default ``k``) in parallel.
 
         Waits for all (killing what still runs after ``timeout``) and returns one
-        :class:`Result` per command, in order. Output is also kept in ``<workdir>/out``.
+        :class:`Result` per command, in order (``elapsed``: until the last one ended).
+        Output is also kept in ``<workdir>/out/run<n>-node<i>.{out,err}``.
         """
         idx = list(nodes) if nodes is not None else list(range(len(argv_per_node)))
         envs = list(env_per_node) if env_per_node is not None else [None] * len(idx)
