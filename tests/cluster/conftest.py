@@ -28,6 +28,28 @@ def node_python() -> Path:
     return Path(os.environ.get("TRJSC_CLUSTER_PYTHON") or sys.executable)
 
 
+def launcher_pythons() -> list[Path]:
+    """Interpreters the torchrun_jsc scenarios run under: ``TRJSC_CLUSTER_PYTHONS``
+    (colon-separated), else ``TRJSC_CLUSTER_PYTHON``, else this interpreter."""
+    many = os.environ.get("TRJSC_CLUSTER_PYTHONS", "")
+    found = [Path(p) for p in many.split(":") if p]
+    return found or [node_python()]
+
+
+def torch_label(python: Path) -> str:
+    """``torch2.13.0`` for the interpreter's torch (test ids), or ``torch?`` when unknown."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            [str(python), "-c", "import torch; print(torch.__version__.split('+')[0])"],
+            capture_output=True, text=True, timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "torch?"
+    return "torch" + out.stdout.strip() if out.returncode == 0 else "torch?"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     global _why
     mine = [it for it in items if Path(str(it.fspath)).resolve().is_relative_to(HERE)]
@@ -47,7 +69,8 @@ def make_cluster() -> Iterator[Callable[..., Cluster]]:
     made: list[Cluster] = []
 
     def make(nodes: int = 4, prefix: str = "trj", **kw: object) -> Cluster:
-        c = Cluster(nodes=nodes, prefix=free_prefix(prefix), python=node_python(), **kw)  # type: ignore[arg-type]
+        kw.setdefault("python", node_python())
+        c = Cluster(nodes=nodes, prefix=free_prefix(prefix), **kw)  # type: ignore[arg-type]
         made.append(c)
         return c.up()
 
@@ -69,3 +92,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
     """A running 4-node cluster shared by the whole session."""
     return make_cluster(nodes=4)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "launcher_python" in metafunc.fixturenames:
+        pythons = launcher_pythons()
+        metafunc.parametrize(
+            "launcher_python", pythons, ids=[torch_label(p) for p in pythons], scope="session"
+        )
+
+
+@pytest.fixture(scope="session")
+def jsc_cluster(make_cluster: Callable[..., Cluster], launcher_python: Path) -> Cluster:
+    """A running 4-node cluster whose nodes run ``launcher_python`` (one per interpreter)."""
+    return make_cluster(nodes=4, prefix="trjl", python=launcher_python)

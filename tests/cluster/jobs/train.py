@@ -4,6 +4,8 @@ Env knobs:
   TRJSC_PG_TIMEOUT       init_process_group timeout in seconds (default 60)
   TRJSC_CRASH_ONCE_FILE  if set and the file does not exist yet, the first process to create
                          it exits 1 before initialising (for restart/fault scenarios)
+  TRJSC_TRAIN_SECONDS    after the checked all_reduce, keep all-reducing for this long
+                         (prints one TRJSC_TRAINING line first; for kill scenarios)
 Exit status is non-zero when the all_reduce result is wrong.
 """
 
@@ -47,6 +49,13 @@ def main() -> int:
         f"init_s={t1 - t0:.2f} allreduce_s={t2 - t1:.3f}",
         flush=True,
     )
+    train_for = float(os.environ.get("TRJSC_TRAIN_SECONDS", "0"))
+    if train_for > 0:
+        print(f"TRJSC_TRAINING host={socket.gethostname()} rank={rank}", flush=True)
+        deadline = time.monotonic() + train_for
+        while time.monotonic() < deadline:
+            dist.all_reduce(torch.ones(1))
+            time.sleep(0.05)
     dist.destroy_process_group()
     return 0 if got == expect else 1
 

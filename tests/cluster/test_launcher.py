@@ -1,0 +1,196 @@
+"""torchrun_jsc on the namespace cluster: every scenario of the launcher, end to end.
+
+Each success means every rank's gloo all_reduce is right and MASTER_ADDR is on the IB network.
+The scenarios run once per interpreter in TRJSC_CLUSTER_PYTHONS (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from typing import Dict, List, Optional
+
+import pytest
+
+from tests.cluster.harness import Cluster, Result, ib_ip, ib_ip6
+from tests.cluster.scenarios import (
+    TRAIN,
+    all_text,
+    assert_failed,
+    assert_training_ok,
+    describe,
+    parse_results,
+)
+
+pytestmark = pytest.mark.cluster
+
+OK_CONF = "join_timeout=60,read_timeout=60"
+FAIL_CONF = "join_timeout=8,read_timeout=8"
+
+
+def jsc(cluster: Cluster, endpoint: str = "node0i:29500", conf: str = OK_CONF,
+        nnodes: int = 4, extra: tuple[str, ...] = ()) -> List[str]:
+    """The JSC course invocation, space-separated spellings included."""
+    return [
+        str(cluster.python), "-m", "torchrun_jsc", f"--nnodes={nnodes}",
+        "--rdzv_backend", "c10d", "--nproc_per_node=1", "--rdzv_id", "7",
+        f"--rdzv_endpoint={endpoint}", "--rdzv_conf", conf, *extra, str(TRAIN),
+    ]  # fmt: skip
+
+
+def srun(cluster: Cluster, argv: List[str], env: Optional[Dict[str, str]] = None,
+         timeout: float = 150) -> Result:
+    return cluster.srun(argv, env=env, timeout=timeout)
+
+
+def test_srun_jsc_style(jsc_cluster: Cluster) -> None:
+    r = srun(jsc_cluster, jsc(jsc_cluster))
+    results = assert_training_ok(jsc_cluster, r, world=4)
+    assert results[0].master_addr == ib_ip(0), "group rank 0 advertises its own IB address"
+
+
+def test_sbatch_jsc_script(jsc_cluster: Cluster) -> None:
+    script = jsc_cluster.workdir / "jsc.sbatch"  # type: ignore[operator]
+    argv = " ".join(jsc(jsc_cluster, endpoint='"$MASTER_ADDR:29500"'))
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"
+        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)i"\n'
+        f"srun --label {argv}\n"
+    )
+    jobid = jsc_cluster.sbatch(script)
+    state, code = jsc_cluster.wait_job(jobid, timeout=180)
+    out = jsc_cluster.job_output_path(jobid).read_text()
+    assert (state, code) == ("COMPLETED", 0), out[-4000:]
+    results = parse_results(out)
+    assert sorted(r.rank for r in results) == [0, 1, 2, 3], out[-4000:]
+    assert all(r.ok and r.master_addr in jsc_cluster.ib_names() for r in results), out[-4000:]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"TORCHRUN_JSC_PREFER_ARG_PATCHING": "0"},
+        {"TORCHRUN_JSC_PREFER_OLD_SOLUTION": "1"},
+    ],
+    ids=["arg-patching-off", "old-solution"],
+)
+def test_settings(jsc_cluster: Cluster, env: Dict[str, str]) -> None:
+    r = srun(jsc_cluster, jsc(jsc_cluster), env=env)
+    assert_training_ok(jsc_cluster, r, world=4, master_addr=ib_ip(0))
+
+
+def test_store_host_on_node_2(jsc_cluster: Cluster) -> None:
+    """The store lives on node2 while group rank 0 (smallest address) is node0."""
+    r = srun(jsc_cluster, jsc(jsc_cluster, endpoint="node2i:29500"),
+             env={"TORCHRUN_JSC_HOST_NODE_RANK": "2"})
+    results = assert_training_ok(jsc_cluster, r, world=4)
+    assert results[0].master_addr == ib_ip(0), describe(r)
+
+
+def test_ipv6_endpoint(jsc_cluster: Cluster) -> None:
+    r = srun(jsc_cluster, jsc(jsc_cluster, endpoint=f"[{ib_ip6(0)}]:29500"))
+    results = assert_training_ok(jsc_cluster, r, world=4)
+    assert results[0].master_addr == ib_ip6(0), "brackets never reach torch"
+
+
+@pytest.mark.parametrize("with_rank", [False, True], ids=["by-address", "node-rank"])
+def test_without_slurm(jsc_cluster: Cluster, with_rank: bool) -> None:
+    argv = jsc(jsc_cluster, endpoint="node1i:29500")
+    envs = [{"TORCHRUN_JSC_NODE_RANK": str(i), "TORCHRUN_JSC_HOST_NODE_RANK": "1"}
+            if with_rank else {} for i in range(4)]
+    results = jsc_cluster.run_on_nodes([argv] * 4, envs, timeout=150)
+    assert_training_ok(jsc_cluster, results, world=4, master_addr=ib_ip(0))
+
+
+def test_two_agents_on_one_node_with_a_name_torch_rejects(jsc_cluster: Cluster) -> None:
+    """Endpoint node0i: torch's matcher says no on node0 (its hostname is node0)."""
+    argv = jsc(jsc_cluster, nnodes=2)
+    procs = [jsc_cluster.node_exec(0, argv, env={"TORCHRUN_JSC_NODE_RANK": str(i)})
+             for i in range(2)]
+    outs = [p.communicate(timeout=150) for p in procs]
+    text = "\n".join(o + e for o, e in outs)
+    codes = [p.returncode for p in procs]
+    assert codes == [0, 0], f"{codes}\n{text[-4000:]}"
+    results = parse_results(text)
+    assert sorted(r.rank for r in results) == [0, 1] and all(r.ok for r in results), text[-3000:]
+
+
+def test_two_agents_on_one_node_plain_torchrun_fails(jsc_cluster: Cluster) -> None:
+    """The control for the test above: plain torchrun finds no host."""
+    argv = jsc(jsc_cluster, nnodes=2, conf=FAIL_CONF)
+    argv[2] = "torch.distributed.run"
+    env = {"PET_REDIRECTS": "1", "PET_TEE": "1"}  # torch < 2.0 on Python 3.11 needs them
+    procs = [jsc_cluster.node_exec(0, argv, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=150) for p in procs]
+    text = "\n".join(o + e for o, e in outs)
+    assert all(p.returncode != 0 for p in procs), text[-3000:]
+    assert "RendezvousConnectionError" in text or "RendezvousTimeoutError" in text, text[-3000:]
+
+
+def test_worker_crash_once_restarts(jsc_cluster: Cluster) -> None:
+    marker = jsc_cluster.workdir / "crash-once"  # type: ignore[operator]
+    marker.unlink(missing_ok=True)
+    r = srun(jsc_cluster, jsc(jsc_cluster, extra=("--max_restarts=1",)),
+             env={"TRJSC_CRASH_ONCE_FILE": str(marker)})
+    assert marker.exists(), describe(r)
+    assert "TRJSC_CRASH" in all_text(r), describe(r)
+    results = assert_training_ok(jsc_cluster, r, world=4)
+    # the crashed node's agent restarted its worker, which joined the others' round
+    assert "1" in {r.fields.get("restarts") for r in results}, describe(r)
+
+
+def test_non_host_node_killed_during_training(jsc_cluster: Cluster) -> None:
+    argv = jsc(jsc_cluster, conf="join_timeout=30,read_timeout=30")
+    env = {"TRJSC_TRAIN_SECONDS": "120", "TRJSC_PG_TIMEOUT": "20"}
+    procs = [jsc_cluster.node_exec(i, argv, env=env) for i in range(4)]
+    victim = procs[3]
+    started = time.monotonic()
+    try:
+        # wait until node3's worker is training: its agent's stdout shows TRJSC_TRAINING
+        assert victim.stdout is not None
+        for line in victim.stdout:
+            if "TRJSC_TRAINING" in line:
+                break
+            assert time.monotonic() - started < 120, "training never started"
+        _kill_node(jsc_cluster, 3)
+        killed_at = time.monotonic()
+        outs = {}
+        for i, p in enumerate(procs[:3]):
+            out, err = p.communicate(timeout=150)
+            outs[f"node{i}"] = out + err
+        elapsed = time.monotonic() - killed_at
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    codes = [p.returncode for p in procs[:3]]
+    text = "\n".join(f"--- {k}\n{v[-2500:]}" for k, v in outs.items())
+    assert all(c != 0 for c in codes), f"{codes}\n{text}"
+    assert elapsed < 120, f"took {elapsed:.0f} s to fail\n{text}"
+    assert all("ChildFailedError" in v or "Error" in v for v in outs.values()), text
+
+
+def _kill_node(cluster: Cluster, i: int) -> None:
+    """SIGKILL every process in node ``i``'s namespace: the node dies."""
+    listed = subprocess.run(["ip", "netns", "pids", cluster.node_ns(i)], capture_output=True,
+                            text=True, check=True)
+    for pid in (int(p) for p in listed.stdout.split()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_host_node_missing_fails_in_bounded_time(jsc_cluster: Cluster) -> None:
+    argv = jsc(jsc_cluster, conf=FAIL_CONF)
+    started = time.monotonic()
+    results = jsc_cluster.run_on_nodes(
+        [argv] * 3, [{"TORCHRUN_JSC_NODE_RANK": str(i)} for i in (1, 2, 3)], nodes=[1, 2, 3],
+        timeout=120,
+    )
+    elapsed = time.monotonic() - started
+    assert_failed(results, "RendezvousConnectionError", min_count=3)
+    assert not any(r.timed_out for r in results), describe(results)
+    assert elapsed < 90, f"{elapsed:.0f} s"
