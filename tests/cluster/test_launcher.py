@@ -15,6 +15,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from tests.cluster.conftest import torch_label
 from tests.cluster.harness import Cluster, Result, ib_ip, ib_ip6
 from tests.cluster.scenarios import (
     TRAIN,
@@ -143,6 +144,13 @@ def test_worker_crash_once_restarts(jsc_cluster: Cluster) -> None:
 
 
 def test_non_host_node_killed_during_training(jsc_cluster: Cluster) -> None:
+    version = torch_label(jsc_cluster.python)
+    if version.startswith("torch1."):
+        pytest.skip(
+            f"{version}: after a peer dies, torch < 2.0 agents wait in their exit barrier for "
+            "exit_barrier_timeout=300 s (not settable from torchrun) before exiting non-zero; "
+            "bounded, but too slow for CI"
+        )
     argv = jsc(jsc_cluster, conf="join_timeout=30,read_timeout=30")
     env = {"TRJSC_TRAIN_SECONDS": "120", "TRJSC_PG_TIMEOUT": "20"}
     procs = [jsc_cluster.node_exec(i, argv, env=env) for i in range(4)]
