@@ -23,6 +23,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     except (ConfigError, UnsupportedTorchError) as exc:
         print(f"torchrun_jsc: error: {exc}", file=sys.stderr)
         sys.exit(2)
+    if prepared.settings.preflight:
+        from .preflight import run_preflight
+
+        sys.exit(run_preflight(prepared, args, os.environ))
     if prepared.settings.explain:
         from .explain import render
 

@@ -147,6 +147,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
 def _explain(text: str) -> str:
     if text not in ("text", "json"):
         raise ValueError(text)
@@ -168,6 +175,8 @@ class Settings:
     fix_torch_bugs: bool = True
     resolve_timeout: float = 5.0
     explain: Optional[str] = None
+    preflight: bool = False
+    preflight_timeout: float = 20.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -183,6 +192,7 @@ class Settings:
             source = "SLURM_NODEID" if node_rank is not None else None
         host_rank = _parsed(env, "TORCHRUN_JSC_HOST_NODE_RANK", _rank)
         timeout = _parsed(env, "TORCHRUN_JSC_RESOLVE_TIMEOUT", _seconds)
+        preflight_timeout = _parsed(env, "TORCHRUN_JSC_PREFLIGHT_TIMEOUT", _positive_seconds)
         return cls(
             prefer_arg_patching=_flag(env, "TORCHRUN_JSC_PREFER_ARG_PATCHING"),
             prefer_old_solution=_flag(env, "TORCHRUN_JSC_PREFER_OLD_SOLUTION"),
@@ -195,4 +205,6 @@ class Settings:
             fix_torch_bugs=_flag(env, "TORCHRUN_JSC_FIX_TORCH_BUGS"),
             resolve_timeout=5.0 if timeout is None else timeout,
             explain=_parsed(env, "TORCHRUN_JSC_EXPLAIN", _explain),
+            preflight=_flag(env, "TORCHRUN_JSC_PREFLIGHT"),
+            preflight_timeout=20.0 if preflight_timeout is None else preflight_timeout,
         )
