@@ -94,6 +94,20 @@ VARIABLES: Tuple[Variable, ...] = (
         "empty, 'text' or 'json'",
         "Print what torchrun_jsc would do on this node and exit without launching.",
     ),
+    Variable(
+        "TORCHRUN_JSC_PREFLIGHT",
+        "0",
+        "0 or 1",
+        "1: instead of launching, check across the job (run under srun on every node) that"
+        " exactly one node hosts and every node reaches the endpoint and every other node;"
+        " print a per-node table and one verdict.",
+    ),
+    Variable(
+        "TORCHRUN_JSC_PREFLIGHT_TIMEOUT",
+        "20",
+        "a number of seconds > 0",
+        "How long the preflight waits for every node.",
+    ),
 )
 
 _BY_NAME: Dict[str, Variable] = {v.name: v for v in VARIABLES}
