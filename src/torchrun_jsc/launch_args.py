@@ -12,7 +12,7 @@ import contextlib
 import io
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence
 
 from .errors import ConfigError
 
@@ -143,3 +143,28 @@ def parse_torch_bool(key: str, value: str) -> bool:
     raise ConfigError(
         f"--rdzv_conf {key}={value!r} is not valid; accepted: 1/0, true/false, t/f, yes/no, y/n"
     )
+
+
+def given_options(
+    argv: Sequence[str], env: Mapping[str, str], parser_factory: Optional[Callable[[], Any]] = None
+) -> Optional[FrozenSet[str]]:
+    """The torchrun options (argparse ``dest`` names) the user set: on the command line or by a
+    non-empty ``PET_*`` variable. None when torchrun would stop on this command line."""
+    if parser_factory is None:
+        from torch.distributed import run
+
+        parser_factory = run.get_args_parser
+    with _environment({}):
+        parser = parser_factory()
+    unset = object()
+    for action in parser._actions:
+        action.default = unset
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            ns = parser.parse_args(list(argv))
+    except SystemExit:
+        return None
+    given = {dest for dest, value in vars(ns).items() if value is not unset}
+    given |= {a.dest for a in parser._actions if env.get(f"PET_{a.dest.upper()}", "").strip()}
+    return frozenset(given)

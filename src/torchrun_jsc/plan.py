@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import launch_args, network
+from . import autoconfig, launch_args, network, slurm
 from .errors import ConfigError
 from .facts import NodeFacts
 from .launch_args import LaunchArgs, Parser
@@ -126,12 +126,87 @@ def make_plan(
             f"(up to 2.15); using the strategy for {strategy.label}"
         )
     _torch_bug_workarounds(draft, version, settings, facts)
-    args = launch_args.parse(argv, env, parser)
+    step = slurm.SlurmStep.from_env(env)
+    args = original = launch_args.parse(argv, env, parser)
+    if original is not None and settings.slurm_auto:
+        args = _slurm_auto(draft, argv, env, settings, step, original, parser)
     if args is None:
         draft.decide("launch", "unchanged", "torchrun stops on this command line by itself")
-    elif _needs_fixing(draft, args):
-        _fix_rendezvous(draft, args, env, settings, strategy, facts)
-    return _finish(draft, version, strategy, args)
+    else:
+        _guards(draft, step, args, settings)
+        if _needs_fixing(draft, args):
+            _fix_rendezvous(draft, args, env, settings, strategy, facts)
+    return _finish(draft, version, strategy, original)
+
+
+def _slurm_auto(
+    draft: _Draft,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    settings: Settings,
+    step: Optional[slurm.SlurmStep],
+    original: LaunchArgs,
+    parser: Optional[Parser],
+) -> Optional[LaunchArgs]:
+    if step is None or not step.in_step:
+        draft.warnings.append(
+            "TORCHRUN_JSC_SLURM_AUTO=1 outside a Slurm step (srun): nothing filled in"
+        )
+        return original
+    given = launch_args.given_options(argv, env) or frozenset()
+    auto = autoconfig.slurm_args(step, given, original.rdzv_backend, settings.host_suffix)
+    for option, value, reason in auto.reasons:
+        draft.decide(option, value, f"Slurm auto-configuration: {reason}")
+    draft.args.extend(auto.args)
+    filled = list(argv)
+    filled[original.script_index : original.script_index] = auto.args
+    return launch_args.parse(filled, env, parser)
+
+
+def nnodes_range(text: str) -> Optional[Tuple[int, int]]:
+    """``--nnodes`` as ``(min, max)``; None when torch would reject it."""
+    try:
+        low, _, high = text.partition(":")
+        return int(low), int(high or low)
+    except ValueError:
+        return None
+
+
+def _guard(draft: _Draft, settings: Settings, message: str) -> None:
+    if settings.guards == "stop":
+        raise ConfigError(f"{message}; TORCHRUN_JSC_GUARDS=warn launches anyway")
+    draft.warnings.append(message)
+
+
+def _guards(
+    draft: _Draft, step: Optional[slurm.SlurmStep], args: LaunchArgs, settings: Settings
+) -> None:
+    if step is None:
+        return
+    nodes = nnodes_range(args.nnodes) or (1, 1)
+    single = args.standalone or nodes[1] == 1
+    if step.in_step and step.is_multi_node and single:
+        draft.warnings.append(
+            f"this Slurm step spans {step.num_nodes} nodes but torchrun is set up for one node "
+            f"({'--standalone' if args.standalone else '--nnodes=' + args.nnodes}): "
+            f"{step.num_nodes} independent jobs will run; for one job use "
+            f"--nnodes={step.num_nodes} --rdzv_backend=c10d and one --rdzv_endpoint "
+            "(or TORCHRUN_JSC_SLURM_AUTO=1)"
+        )
+    tasks = step.tasks_on_this_node
+    if step.in_step and tasks is not None and tasks > 1 and not single:
+        _guard(
+            draft, settings,
+            f"{tasks} Slurm tasks on this node would each start a torchrun agent; start one "
+            "task per node (srun --ntasks-per-node=1): torchrun starts the workers",
+        )  # fmt: skip
+    if not step.in_step and step.is_multi_node and nodes[0] > 1:
+        _guard(
+            draft, settings,
+            f"started outside srun in a {step.num_nodes}-node allocation: only this node runs "
+            f"an agent and --nnodes={args.nnodes} is never reached; start it as "
+            "srun --ntasks-per-node=1 torchrun_jsc ...",
+        )  # fmt: skip
 
 
 def _torch_bug_workarounds(
@@ -242,7 +317,7 @@ def _fix_rendezvous(
             f"the endpoint {host} is an address of this node, but this node will not host "
             f"the store ({why}); {fix}"
         )
-    _decide_ifname(draft, env, settings)
+    _decide_ifname(draft, env, settings, facts)
 
 
 def _decide_is_host(
@@ -340,15 +415,50 @@ def _own_address(facts: NodeFacts) -> Tuple[Optional[str], str]:
     return None, ""
 
 
-def _decide_ifname(draft: _Draft, env: Mapping[str, str], settings: Settings) -> None:
-    if not settings.set_socket_ifname or draft.interface is None:
+def _decide_ifname(
+    draft: _Draft, env: Mapping[str, str], settings: Settings, facts: NodeFacts
+) -> None:
+    if draft.interface is None:
         return
     for name in SOCKET_IFNAME_VARIABLES:
-        if env.get(name):
-            draft.decide(name, env[name], "set by the user; kept")
-        else:
+        value = env.get(name, "")
+        if value:
+            draft.decide(name, value, "set by the user; kept")
+            _check_user_ifname(draft, name, value, facts)
+        elif settings.set_socket_ifname:
             draft.env[name] = draft.interface
             draft.decide(name, draft.interface, f"the interface of {draft.address}")
+
+
+def ifname_selects(variable: str, value: str, interface: str) -> bool:
+    """Whether ``variable=value`` lets gloo/NCCL use ``interface`` (NCCL: prefixes, ``^``
+    excludes, ``=`` exact; gloo: exact names)."""
+    if variable.startswith("GLOO"):
+        return interface in [v.strip() for v in value.split(",")]
+    text, exact, exclude = value, False, False
+    if text.startswith("^"):
+        text, exclude = text[1:], True
+    if text.startswith("="):
+        text, exact = text[1:], True
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    hit = any(interface == n if exact else interface.startswith(n) for n in names)
+    return not hit if exclude else hit
+
+
+def _check_user_ifname(draft: _Draft, name: str, value: str, facts: NodeFacts) -> None:
+    assert draft.interface is not None
+    if ifname_selects(name, value, draft.interface):
+        return
+    known = sorted({i.name for i in facts.interfaces})
+    message = (
+        f"{name}={value} does not select {draft.interface}, the interface that reaches the "
+        f"endpoint ({draft.address}); interfaces here: {', '.join(known)}; unset it or set "
+        f"{name}={draft.interface}"
+    )
+    if name.startswith("GLOO"):
+        draft.failures.append(message)
+    else:
+        draft.warnings.append(message)
 
 
 def _finish(

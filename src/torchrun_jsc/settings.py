@@ -95,6 +95,27 @@ VARIABLES: Tuple[Variable, ...] = (
         "Print what torchrun_jsc would do on this node and exit without launching.",
     ),
     Variable(
+        "TORCHRUN_JSC_SLURM_AUTO",
+        "0",
+        "0 or 1",
+        "1: inside a Slurm step, fill in what the command line leaves out: --nnodes, "
+        "--rdzv_backend=c10d, --rdzv_endpoint (first node + host suffix, port from the job id), "
+        "--rdzv_id, --nproc_per_node (SLURM_GPUS_ON_NODE). Given options always win.",
+    ),
+    Variable(
+        "TORCHRUN_JSC_HOST_SUFFIX",
+        "'i' on JUWELS, JUWELS Booster, JURECA(-DC), JUSUF; else none",
+        "letters, digits, '.', '-', or 'none'",
+        "Appended to the first node's name to form the auto-configured endpoint.",
+    ),
+    Variable(
+        "TORCHRUN_JSC_GUARDS",
+        "stop",
+        "'stop' or 'warn'",
+        "What a guard does on a launch that cannot work (several agents per node, a multi-node"
+        " launch outside srun): stop with the fix, or only warn.",
+    ),
+    Variable(
         "TORCHRUN_JSC_PREFLIGHT",
         "0",
         "0 or 1",
@@ -168,6 +189,20 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _suffix(text: str) -> str:
+    if text == "none":
+        return ""
+    if not all((c.isascii() and c.isalnum()) or c in ".-" for c in text):
+        raise ValueError(text)
+    return text
+
+
+def _guards(text: str) -> str:
+    if text not in ("stop", "warn"):
+        raise ValueError(text)
+    return text
+
+
 def _explain(text: str) -> str:
     if text not in ("text", "json"):
         raise ValueError(text)
@@ -191,6 +226,9 @@ class Settings:
     explain: Optional[str] = None
     preflight: bool = False
     preflight_timeout: float = 20.0
+    slurm_auto: bool = False
+    host_suffix: Optional[str] = None
+    guards: str = "stop"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -221,4 +259,7 @@ class Settings:
             explain=_parsed(env, "TORCHRUN_JSC_EXPLAIN", _explain),
             preflight=_flag(env, "TORCHRUN_JSC_PREFLIGHT"),
             preflight_timeout=20.0 if preflight_timeout is None else preflight_timeout,
+            slurm_auto=_flag(env, "TORCHRUN_JSC_SLURM_AUTO"),
+            host_suffix=_parsed(env, "TORCHRUN_JSC_HOST_SUFFIX", _suffix),
+            guards=_parsed(env, "TORCHRUN_JSC_GUARDS", _guards) or "stop",
         )

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Union
 
+from .errors import ConfigError
+
 __all__ = [
     "MAX_HOSTS",
     "PORT_BASE",
@@ -85,7 +87,7 @@ class HostlistError(ValueError):
         )
 
 
-class SlurmEnvError(ValueError):
+class SlurmEnvError(ConfigError, ValueError):
     """A Slurm environment variable (or tasks-per-node text) with a value that cannot be used."""
 
 
