@@ -127,9 +127,14 @@ def make_plan(
         )
     _torch_bug_workarounds(draft, version, settings, facts)
     step = slurm.SlurmStep.from_env(env)
-    args = original = launch_args.parse(argv, env, parser)
-    if original is not None and settings.slurm_auto:
-        args = _slurm_auto(draft, argv, env, settings, step, original, parser)
+    effective = _effective(argv, env, settings, step, parser)
+    args, original = effective.args, effective.original
+    if effective.auto_skipped:
+        draft.warnings.append(effective.auto_skipped)
+    if effective.auto is not None:
+        for option, value, reason in effective.auto.reasons:
+            draft.decide(option, value, f"Slurm auto-configuration: {reason}")
+        draft.args.extend(effective.auto.args)
     if args is None:
         draft.decide("launch", "unchanged", "torchrun stops on this command line by itself")
     else:
@@ -139,28 +144,35 @@ def make_plan(
     return _finish(draft, version, strategy, original)
 
 
-def _slurm_auto(
-    draft: _Draft,
+@dataclass(frozen=True)
+class _Effective:
+    original: Optional[LaunchArgs]
+    args: Optional[LaunchArgs]
+    auto: Optional[autoconfig.AutoArgs] = None
+    auto_skipped: Optional[str] = None
+
+
+def _effective(
     argv: Sequence[str],
     env: Mapping[str, str],
     settings: Settings,
     step: Optional[slurm.SlurmStep],
-    original: LaunchArgs,
     parser: Optional[Parser],
-) -> Optional[LaunchArgs]:
+) -> _Effective:
+    """The command line as torchrun will see it after Slurm auto-configuration."""
+    original = launch_args.parse(argv, env, parser)
+    if original is None or not settings.slurm_auto:
+        return _Effective(original, original)
     if step is None or not step.in_step:
-        draft.warnings.append(
-            "TORCHRUN_JSC_SLURM_AUTO=1 outside a Slurm step (srun): nothing filled in"
-        )
-        return original
+        return _Effective(
+            original, original,
+            auto_skipped="TORCHRUN_JSC_SLURM_AUTO=1 outside a Slurm step (srun): nothing filled in",
+        )  # fmt: skip
     given = launch_args.given_options(argv, env) or frozenset()
     auto = autoconfig.slurm_args(step, given, original.rdzv_backend, settings.host_suffix)
-    for option, value, reason in auto.reasons:
-        draft.decide(option, value, f"Slurm auto-configuration: {reason}")
-    draft.args.extend(auto.args)
     filled = list(argv)
     filled[original.script_index : original.script_index] = auto.args
-    return launch_args.parse(filled, env, parser)
+    return _Effective(original, launch_args.parse(filled, env, parser), auto)
 
 
 def nnodes_range(text: str) -> Optional[Tuple[int, int]]:
@@ -257,8 +269,8 @@ def endpoint_host(
     Validates, before any look-up, every input that needs none (settings, endpoint syntax,
     rendezvous configuration), raising :class:`ConfigError` as :func:`make_plan` would.
     """
-    Settings.from_env(env)
-    args = launch_args.parse(argv, env, parser)
+    settings = Settings.from_env(env)
+    args = _effective(argv, env, settings, slurm.SlurmStep.from_env(env), parser).args
     if args is None or args.standalone or args.rdzv_backend != "c10d" or not args.rdzv_endpoint:
         return None
     host, _ = network.split_endpoint(args.rdzv_endpoint)

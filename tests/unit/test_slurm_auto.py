@@ -210,3 +210,11 @@ def test_guard_user_gloo_ifname_on_wrong_network() -> None:
 @pytest.mark.parametrize(("text", "result"), [("4", (4, 4)), ("2:8", (2, 8)), ("x", None)])
 def test_nnodes_range(text: str, result: object) -> None:
     assert nnodes_range(text) == result
+
+
+def test_endpoint_host_sees_the_auto_configured_endpoint() -> None:
+    from torchrun_jsc.plan import endpoint_host
+
+    env = step_env(TORCHRUN_JSC_SLURM_AUTO="1", TORCHRUN_JSC_HOST_SUFFIX="i")
+    assert endpoint_host(SCRIPT, env) == "node0i"
+    assert endpoint_host(SCRIPT, step_env()) is None
