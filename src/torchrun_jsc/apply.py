@@ -15,14 +15,17 @@ from .settings import Settings
 
 
 def logger() -> logging.Logger:
-    """torch elastic's logger conventions (level from ``LOGLEVEL``), else a plain logger."""
-    try:
-        from torch.distributed.elastic.utils.logging import get_logger
-
-        log: logging.Logger = get_logger("torchrun_jsc")
-        return log
-    except ImportError:  # pragma: no cover - torch without elastic
-        return logging.getLogger("torchrun_jsc")
+    """The project's logger: level from ``LOGLEVEL`` (torch elastic's convention, default
+    WARNING), printed to stderr."""
+    log = logging.getLogger("torchrun_jsc")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+        level = logging.getLevelName(os.environ.get("LOGLEVEL", "WARNING").upper())
+        log.setLevel(level if isinstance(level, int) else logging.WARNING)
+    return log
 
 
 @dataclass(frozen=True)
