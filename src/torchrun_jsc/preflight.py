@@ -210,24 +210,32 @@ def _where(report: NodeReport) -> str:
     return network.format_host(report.address) + port
 
 
+def by_rank(members: Sequence[Member]) -> List[Member]:
+    """``members`` ordered by node rank (none last), then by join order."""
+    return sorted(
+        members, key=lambda m: (m.report.node_rank is None, m.report.node_rank or 0, m.id)
+    )
+
+
 def compute_verdict(
     members: Sequence[Member], expected: int, missing: Sequence[str], endpoint: str
 ) -> Verdict:
     """The verdict from what the collector gathered; reasons name each broken node."""
     names = labels(members)
+    members = by_rank(members)
     reasons: List[str] = []
     hosts = [names[m.id] for m in members if m.report.is_host]
     if len(hosts) > 1:
         reasons.append(f"{len(hosts)} nodes consider themselves host: {', '.join(hosts)}")
     elif members and not hosts:
         reasons.append("no node that reached the collector considers itself host")
-    by_rank: Dict[int, List[str]] = {}
+    claims: Dict[int, List[str]] = {}
     for m in members:
         if m.report.node_rank is not None:
-            by_rank.setdefault(m.report.node_rank, []).append(names[m.id])
+            claims.setdefault(m.report.node_rank, []).append(names[m.id])
     reasons += [
         f"node rank {rank} is claimed by {len(who)} nodes: {', '.join(who)}"
-        for rank, who in sorted(by_rank.items())
+        for rank, who in sorted(claims.items())
         if len(who) > 1
     ]
     reasons += [f"{name}: never reached the endpoint {endpoint}" for name in missing]
@@ -268,9 +276,7 @@ def compute_verdict(
 def render_table(members: Sequence[Member], missing: Sequence[str], endpoint: str) -> str:
     """The per-node table, sorted by node rank, then the nodes' warnings and failures."""
     names = labels(members)
-    order = sorted(
-        members, key=lambda m: (m.report.node_rank is None, m.report.node_rank or 0, m.id)
-    )
+    order = by_rank(members)
     header = ("node", "rank", "host", "address", "iface", "endpoint", "peers unreachable")
     rows: List[Tuple[str, ...]] = [header]
     for m in order:

@@ -109,7 +109,7 @@ CELL_B_CUT = [
     [
         (FOUR, 4, [], []),
         (
-            [member(0, True), member(1), member(2, True)],
+            [member(2, True), member(1), member(0, True)],
             3,
             [],
             ["2 nodes consider themselves host: node0, node2"],
