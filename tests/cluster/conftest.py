@@ -106,3 +106,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def jsc_cluster(make_cluster: Callable[..., Cluster], launcher_python: Path) -> Cluster:
     """A running 4-node cluster whose nodes run ``launcher_python`` (one per interpreter)."""
     return make_cluster(nodes=4, prefix="trjl", python=launcher_python)
+
+
+@pytest.fixture(scope="session")
+def main_cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
+    """A running 4-node cluster on the first launcher interpreter only: for scenarios whose
+    outcome does not depend on the torch version (explain, guards, failing preflights)."""
+    return make_cluster(nodes=4, prefix="trjm", python=launcher_pythons()[0])

@@ -42,9 +42,9 @@ def test_slurm_auto_configuration(jsc_cluster: Cluster, suffix_env: Dict[str, st
     assert_training_ok(jsc_cluster, r, world=4, master_addr=ib_ip(0))
 
 
-def test_explain_good_configuration(jsc_cluster: Cluster) -> None:
-    argv = jsc(jsc_cluster, *MULTI, "--rdzv_endpoint=node0i:29500")
-    r = jsc_cluster.srun(argv, env={"TORCHRUN_JSC_EXPLAIN": "json"}, timeout=90)
+def test_explain_good_configuration(main_cluster: Cluster) -> None:
+    argv = jsc(main_cluster, *MULTI, "--rdzv_endpoint=node0i:29500")
+    r = main_cluster.srun(argv, env={"TORCHRUN_JSC_EXPLAIN": "json"}, timeout=90)
     assert r.returncode == 0, describe(r)
     assert not parse_results(r.output), "explain launches nothing"
     plans = explained(r.stdout)
@@ -58,10 +58,10 @@ def test_explain_good_configuration(jsc_cluster: Cluster) -> None:
         assert f"--local_addr={ib_ip(task)}" in data["argv"]
 
 
-def test_explain_names_the_broken_nodes(jsc_cluster: Cluster) -> None:
+def test_explain_names_the_broken_nodes(main_cluster: Cluster) -> None:
     """Endpoint on node2 but host node rank left at 0: node0 and node2 are wrong."""
-    argv = jsc(jsc_cluster, *MULTI, "--rdzv_endpoint=node2i:29500")
-    r = jsc_cluster.srun(argv, env={"TORCHRUN_JSC_EXPLAIN": "text"}, timeout=90)
+    argv = jsc(main_cluster, *MULTI, "--rdzv_endpoint=node2i:29500")
+    r = main_cluster.srun(argv, env={"TORCHRUN_JSC_EXPLAIN": "text"}, timeout=90)
     assert r.returncode != 0, describe(r)
     per_task = split_labeled(r.stdout)
     assert "verdict: fail" in per_task[0] and "explain on node0" in per_task[0]
@@ -70,18 +70,18 @@ def test_explain_names_the_broken_nodes(jsc_cluster: Cluster) -> None:
     assert "verdict: ok" in per_task[1] and "verdict: ok" in per_task[3], describe(r)
 
 
-def test_explain_wrong_gloo_interface(jsc_cluster: Cluster) -> None:
-    argv = jsc(jsc_cluster, *MULTI, "--rdzv_endpoint=node0i:29500")
+def test_explain_wrong_gloo_interface(main_cluster: Cluster) -> None:
+    argv = jsc(main_cluster, *MULTI, "--rdzv_endpoint=node0i:29500")
     env = {"TORCHRUN_JSC_EXPLAIN": "text", "GLOO_SOCKET_IFNAME": "mgmt"}
-    r = jsc_cluster.srun(argv, env=env, timeout=90)
+    r = main_cluster.srun(argv, env=env, timeout=90)
     assert r.returncode != 0, describe(r)
     for out in split_labeled(r.stdout).values():
         assert "WILL FAIL: GLOO_SOCKET_IFNAME=mgmt does not select ib" in out
 
 
-def test_guard_two_tasks_per_node(jsc_cluster: Cluster) -> None:
-    argv = jsc(jsc_cluster, *MULTI, "--rdzv_endpoint=node0i:29500")
-    r = jsc_cluster.srun(argv, nodes=2, srun_args=["--ntasks-per-node=2"], timeout=90)
+def test_guard_two_tasks_per_node(main_cluster: Cluster) -> None:
+    argv = jsc(main_cluster, *MULTI, "--rdzv_endpoint=node0i:29500")
+    r = main_cluster.srun(argv, nodes=2, srun_args=["--ntasks-per-node=2"], timeout=90)
     assert r.returncode == 2, describe(r)
     tasks = split_labeled(r.output)
     assert sorted(tasks) == [0, 1, 2, 3]
@@ -91,20 +91,20 @@ def test_guard_two_tasks_per_node(jsc_cluster: Cluster) -> None:
     assert not parse_results(r.output)
 
 
-def test_guard_started_outside_srun(jsc_cluster: Cluster) -> None:
-    script = jsc_cluster.workdir / "no-srun.sbatch"  # type: ignore[operator]
-    argv = " ".join(jsc(jsc_cluster, *MULTI, "--rdzv_endpoint=node0i:29500"))
+def test_guard_started_outside_srun(main_cluster: Cluster) -> None:
+    script = main_cluster.workdir / "no-srun.sbatch"  # type: ignore[operator]
+    argv = " ".join(jsc(main_cluster, *MULTI, "--rdzv_endpoint=node0i:29500"))
     script.write_text(f"#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n{argv}\n")
-    jobid = jsc_cluster.sbatch(script)
-    state, code = jsc_cluster.wait_job(jobid, timeout=90)
-    out = jsc_cluster.job_output_path(jobid).read_text()
+    jobid = main_cluster.sbatch(script)
+    state, code = main_cluster.wait_job(jobid, timeout=90)
+    out = main_cluster.job_output_path(jobid).read_text()
     assert (state, code) == ("FAILED", 2), out
     assert "torchrun_jsc: error: started outside srun in a 4-node allocation" in out
 
 
-def test_guard_single_node_config_in_multi_node_step(jsc_cluster: Cluster) -> None:
-    argv = jsc(jsc_cluster, "--standalone", "--nproc_per_node=1")
-    r = jsc_cluster.srun(argv, timeout=150)
+def test_guard_single_node_config_in_multi_node_step(main_cluster: Cluster) -> None:
+    argv = jsc(main_cluster, "--standalone", "--nproc_per_node=1")
+    r = main_cluster.srun(argv, timeout=150)
     assert r.returncode == 0, describe(r)
     assert r.output.count("4 independent jobs will run") == 4, describe(r)
     results = parse_results(r.output)

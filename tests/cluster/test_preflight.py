@@ -57,8 +57,8 @@ def test_good_job_ok_in_seconds(jsc_cluster: Cluster) -> None:
         assert "job verdict: preflight: OK (4 nodes)" in by_task[task], ctx
 
 
-def test_mgmt_endpoint_cell_b_named(jsc_cluster: Cluster) -> None:
-    r = jsc_cluster.srun(jsc(jsc_cluster, endpoint="node0:29500"), env=FAST, timeout=90)
+def test_mgmt_endpoint_cell_b_named(main_cluster: Cluster) -> None:
+    r = main_cluster.srun(jsc(main_cluster, endpoint="node0:29500"), env=FAST, timeout=90)
     ctx = "\n" + describe(r)
     assert r.returncode != 0 and not r.timed_out, ctx
     assert r.elapsed < BOUND, f"{r.elapsed:.1f} s{ctx}"
@@ -85,12 +85,12 @@ def run_nodes(
     )
 
 
-def test_two_hosts_named(jsc_cluster: Cluster) -> None:
+def test_two_hosts_named(main_cluster: Cluster) -> None:
     envs = [
         {"TORCHRUN_JSC_NODE_RANK": str(i), "TORCHRUN_JSC_HOST_NODE_RANK": "2" if i == 2 else "0"}
         for i in range(4)
     ]
-    results = run_nodes(jsc_cluster, envs)
+    results = run_nodes(main_cluster, envs)
     ctx = "\n" + describe(results)
     assert [r.returncode for r in results] == [1, 1, 1, 1], ctx
     assert not any(r.timed_out for r in results), ctx
@@ -108,9 +108,9 @@ def test_two_hosts_named(jsc_cluster: Cluster) -> None:
     ), ctx
 
 
-def test_host_missing_every_node_fails_in_time(jsc_cluster: Cluster) -> None:
+def test_host_missing_every_node_fails_in_time(main_cluster: Cluster) -> None:
     envs = [{"TORCHRUN_JSC_NODE_RANK": str(i)} for i in (1, 2, 3)]
-    results = run_nodes(jsc_cluster, envs, nodes=[1, 2, 3])
+    results = run_nodes(main_cluster, envs, nodes=[1, 2, 3])
     ctx = "\n" + describe(results)
     assert [r.returncode for r in results] == [1, 1, 1], ctx
     assert not any(r.timed_out for r in results), ctx
