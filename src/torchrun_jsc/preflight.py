@@ -787,8 +787,12 @@ def _names_by_rank(env: Mapping[str, str], prepared: Prepared) -> Tuple[str, ...
 
 def node_config(prepared: Prepared, argv: Sequence[str], env: Mapping[str, str]) -> NodeConfig:
     """This node's :class:`NodeConfig`; raises ``LookupError`` (with the reason) when the
-    command line has no multi-node c10d rendezvous to check."""
-    args = launch_args.parse(argv, env)
+    command line has no multi-node c10d rendezvous to check.
+
+    Reads the command line torchrun would get (``prepared.plan.argv``: with Slurm
+    auto-configuration filled in), not only what the user typed (``argv``).
+    """
+    args = launch_args.parse(list(prepared.plan.argv) or list(argv), env)
     if args is None:
         raise LookupError("torchrun does not accept this command line")
     if args.standalone or args.rdzv_backend != "c10d" or not args.rdzv_endpoint:

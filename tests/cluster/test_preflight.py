@@ -57,6 +57,20 @@ def test_good_job_ok_in_seconds(jsc_cluster: Cluster) -> None:
         assert "job verdict: preflight: OK (4 nodes)" in by_task[task], ctx
 
 
+def test_good_job_with_slurm_auto_configuration(main_cluster: Cluster) -> None:
+    """The README's shortest script: the preflight checks the auto-configured endpoint."""
+    argv = [str(main_cluster.python), "-m", "torchrun_jsc", str(TRAIN)]
+    env = {"TORCHRUN_JSC_PREFLIGHT": "1", "TORCHRUN_JSC_SLURM_AUTO": "1",
+           "TORCHRUN_JSC_HOST_SUFFIX": "i"}
+    r = main_cluster.srun(argv, env=env, timeout=60)
+    ctx = "\n" + describe(r)
+    assert r.returncode == 0 and not r.timed_out, ctx
+    by_task = outputs_by_node(r)
+    assert verdict_lines(by_task["task0"]) == ["preflight: OK (4 nodes)"], ctx
+    assert re.search(r"preflight: endpoint node0i:\d+, 4 nodes", by_task["task0"]), ctx
+    assert not parse_results(all_text(r)), ctx
+
+
 def test_mgmt_endpoint_cell_b_named(main_cluster: Cluster) -> None:
     r = main_cluster.srun(jsc(main_cluster, endpoint="node0:29500"), env=FAST, timeout=90)
     ctx = "\n" + describe(r)
