@@ -183,10 +183,14 @@ def test_non_host_node_killed_during_training(jsc_cluster: Cluster) -> None:
 
 
 def _kill_node(cluster: Cluster, i: int) -> None:
-    """SIGKILL every process in node ``i``'s namespace: the node dies."""
+    """SIGKILL the job's processes in node ``i``'s namespace (the node's agent and worker die;
+    its slurmd is spared so that later scenarios still have four nodes)."""
+    daemons = set(cluster.state.get("pids", {}).values())
     listed = subprocess.run(["ip", "netns", "pids", cluster.node_ns(i)], capture_output=True,
                             text=True, check=True)
-    for pid in (int(p) for p in listed.stdout.split()):
+    victims = [int(p) for p in listed.stdout.split() if int(p) not in daemons]
+    assert victims, "nothing to kill on the node"
+    for pid in victims:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
