@@ -1,6 +1,6 @@
 """Benchmark: what torchrun_jsc adds to a launch, and what planning costs.
 
-1. Paired launches `torchrun_jsc` vs `python -m torch.distributed.run`, both
+1. Paired launches of the console scripts `torchrun_jsc` vs `torchrun`, both
    `--standalone --nproc-per-node=1` on a no-op script, alternating order; median wall time and
    median peak RSS (the launcher process and its waited-for children, from wait4) and their
    ratios.
@@ -47,8 +47,11 @@ def paired(rounds: int) -> Dict[str, float]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHRUN_JSC"))}
         env["TMPDIR"] = tmp
         common = ["--standalone", "--nproc-per-node=1", str(script)]
-        plain = [sys.executable, "-m", "torch.distributed.run", *common]
-        ours = [sys.executable, "-m", "torchrun_jsc", *common]
+        # the two console scripts, as users start them (`python -m torch.distributed.run`
+        # would execute run.py twice: once imported, once as __main__)
+        bindir = Path(sys.executable).parent
+        plain = [str(bindir / "torchrun"), *common]
+        ours = [str(bindir / "torchrun_jsc"), *common]
         launch(plain, env)  # warm the page cache
         launch(ours, env)
         walls: Dict[str, List[float]] = {"plain": [], "ours": []}
