@@ -330,6 +330,7 @@ def _fix_rendezvous(
             f"the store ({why}); {fix}"
         )
     _decide_ifname(draft, env, settings, facts)
+    _shared_store_workaround(draft, env, settings, strategy)
 
 
 def _decide_is_host(
@@ -440,6 +441,31 @@ def _decide_ifname(
         elif settings.set_socket_ifname:
             draft.env[name] = draft.interface
             draft.decide(name, draft.interface, f"the interface of {draft.address}")
+
+
+SHARED_STORE_OPT_OUT = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def _shared_store_workaround(
+    draft: _Draft, env: Mapping[str, str], settings: Settings, strategy: Strategy
+) -> None:
+    """torch 2.5 shares the rendezvous store with the workers; an agent that restarts its
+    workers (``--max_restarts``) then fails to rejoin (RendezvousClosedError). Its own opt-out
+    gives every worker group a fresh store on group rank 0, as torch 2.6+ does."""
+    if not strategy.shares_rendezvous_store or env.get(SHARED_STORE_OPT_OUT):
+        return
+    if not settings.fix_torch_bugs:
+        draft.warnings.append(
+            f"torch {strategy.label} cannot restart workers with its shared rendezvous store; "
+            f"TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves {SHARED_STORE_OPT_OUT} unset"
+        )
+        return
+    draft.env[SHARED_STORE_OPT_OUT] = "1"
+    draft.decide(
+        SHARED_STORE_OPT_OUT, "1",
+        "torch 2.5's shared rendezvous store breaks worker restarts; a fresh store on group "
+        "rank 0 (as in 2.6+) does not",
+    )  # fmt: skip
 
 
 def ifname_selects(variable: str, value: str, interface: str) -> bool:

@@ -79,8 +79,9 @@ VARIABLES: Tuple[Variable, ...] = (
         "TORCHRUN_JSC_FIX_TORCH_BUGS",
         "1",
         "0 or 1",
-        "1: work around torch bugs that crash plain torchrun (torch < 2.0 on Python >= 3.11:"
-        " the default --redirects/--tee values).",
+        "1: work around torch bugs that break plain torchrun (torch < 2.0 on Python >= 3.11:"
+        " the default --redirects/--tee values; torch 2.5: worker restarts with the shared"
+        " rendezvous store).",
     ),
     Variable(
         "TORCHRUN_JSC_RESOLVE_TIMEOUT",

@@ -67,6 +67,8 @@ class Strategy:
     local_addr_arg: bool
     advertise_patch: str
     master_addr: str
+    #: torch 2.5: the workers use the rendezvous store itself (breaks worker restarts).
+    shares_rendezvous_store: bool = False
 
     @property
     def label(self) -> str:
@@ -85,36 +87,30 @@ UNTESTED_FROM = (3, 0)
 
 STRATEGIES: Tuple[Strategy, ...] = (
     Strategy(
-        (1, 9),
-        (2, 0),
-        local_addr_arg=False,
-        advertise_patch=PATCH_FQ_HOSTNAME,
+        (1, 9), (2, 0), local_addr_arg=False, advertise_patch=PATCH_FQ_HOSTNAME,
         master_addr="group rank 0 publishes agent.api._get_fq_hostname(); no --local_addr",
     ),
     Strategy(
-        (2, 0),
-        (2, 4),
-        local_addr_arg=True,
-        advertise_patch=PATCH_FQ_HOSTNAME,
+        (2, 0), (2, 4), local_addr_arg=True, advertise_patch=PATCH_FQ_HOSTNAME,
         master_addr="group rank 0 publishes its --local_addr, else _get_fq_hostname()",
     ),
     Strategy(
-        (2, 4),
-        (2, 5),
-        local_addr_arg=False,
-        advertise_patch=PATCH_STORE_INFO_BUILD,
+        (2, 4), (2, 5), local_addr_arg=False, advertise_patch=PATCH_STORE_INFO_BUILD,
         master_addr="group rank 0 publishes socket.getfqdn() in RendezvousStoreInfo.build;"
         " --local_addr is ignored for it",
     ),
     Strategy(
-        (2, 5),
-        None,
-        local_addr_arg=True,
-        advertise_patch=PATCH_NODE_DESC,
-        master_addr="group rank 0 publishes its node address (--local_addr, else"
-        " socket.getfqdn()); 2.5 by default the rendezvous endpoint itself",
+        (2, 5), (2, 6), local_addr_arg=True, advertise_patch=PATCH_NODE_DESC,
+        master_addr="the rendezvous endpoint (shared store); with"
+        " TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, group rank 0's node address (--local_addr)",
+        shares_rendezvous_store=True,
     ),
-)
+    Strategy(
+        (2, 6), None, local_addr_arg=True, advertise_patch=PATCH_NODE_DESC,
+        master_addr="group rank 0 publishes its node address (--local_addr, else"
+        " socket.getfqdn()) and serves the workers' store there",
+    ),
+)  # fmt: skip
 
 
 def strategy_for(version: TorchVersion) -> Strategy:

@@ -98,7 +98,10 @@ def test_every_version_advertises_own_ib_address(version: str, node_id: int) -> 
         assert [(s.name, s.kwargs) for s in advertise] == [(patch, {"address": ib(node_id)})]
     assert p.is_host is (node_id == 0)
     assert f"--rdzv_conf=is_host={int(node_id == 0)}" in p.added_args
-    assert dict(p.env) == {"GLOO_SOCKET_IFNAME": "ib", "NCCL_SOCKET_IFNAME": "ib"}
+    expected_env = {"GLOO_SOCKET_IFNAME": "ib", "NCCL_SOCKET_IFNAME": "ib"}
+    if (major, minor) == (2, 5):  # restarts need torch's own opt-out of the shared store
+        expected_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    assert dict(p.env) == expected_env
     assert script_args(p) == SCRIPT, "added arguments go before the script"
     assert ("std_from_str" in patch_names(p)) is (major < 2)
     assert any("newer than every release" in w for w in p.warnings) is (major >= 3)
@@ -510,6 +513,18 @@ def test_plan_is_pure() -> None:
 
 def test_summary_names_every_change() -> None:
     text = plan(env={"SLURM_NODEID": "0"}).summary()
-    assert text.startswith("torchrun_jsc: torch 2.13.0 (>=2.5)")
+    assert text.startswith("torchrun_jsc: torch 2.13.0 (>=2.6)")
     for part in ("is_host=1", f"--local_addr={ib(0)}", "GLOO_SOCKET_IFNAME=ib"):
         assert part in text
+
+
+def test_torch_2_5_shared_store_opt_out_respects_the_user() -> None:
+    given = plan(env={"SLURM_NODEID": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"},
+                 version="2.5.1", facts=node(1))
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in dict(given.env)
+    off = plan(env={"SLURM_NODEID": "1", "TORCHRUN_JSC_FIX_TORCH_BUGS": "0"},
+               version="2.5.1", facts=node(1))
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in dict(off.env)
+    assert any("cannot restart workers" in w for w in off.warnings)
+    untouched = plan(["--standalone", *SCRIPT], version="2.5.1")
+    assert untouched.env == ()
