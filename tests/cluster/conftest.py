@@ -8,6 +8,7 @@ when namespaces or Slurm binaries are missing.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ def launcher_pythons() -> list[Path]:
     return found or [node_python()]
 
 
+@functools.cache
 def torch_label(python: Path) -> str:
     """``torch2.13.0`` for the interpreter's torch (test ids), or ``torch?`` when unknown."""
     import subprocess
