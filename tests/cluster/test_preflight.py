@@ -41,7 +41,10 @@ def test_good_job_ok_in_seconds(jsc_cluster: Cluster) -> None:
     r = jsc_cluster.srun(jsc(jsc_cluster), env={"TORCHRUN_JSC_PREFLIGHT": "1"}, timeout=60)
     ctx = "\n" + describe(r)
     assert r.returncode == 0 and not r.timed_out, ctx
-    assert r.elapsed < 30, f"{r.elapsed:.1f} s{ctx}"
+    # no node waited into its deadline (TORCHRUN_JSC_PREFLIGHT_TIMEOUT, 20 s): each node's own
+    # check time, printed after start-up, stays far below it
+    waits = [float(w) for w in re.findall(r"peers unreachable: none \(([0-9.]+) s\)", r.stdout)]
+    assert len(waits) == 3 and max(waits) < 20, f"{waits}{ctx}"
     assert not parse_results(all_text(r)), "nothing may be trained" + ctx
     by_task = outputs_by_node(r)
     host = lines_of(by_task["task0"])
