@@ -271,13 +271,13 @@ def endpoint_host(
     """
     settings = Settings.from_env(env)
     args = _effective(argv, env, settings, slurm.SlurmStep.from_env(env), parser).args
-    if args is None or args.standalone or args.rdzv_backend != "c10d" or not args.rdzv_endpoint:
+    if args is None or not _needs_fixing(_Draft(argv=[]), args):
         return None
-    host, _ = network.split_endpoint(args.rdzv_endpoint)
     conf = launch_args.parse_rdzv_conf(args.rdzv_conf)
     if "is_host" in conf:
         launch_args.parse_torch_bool("is_host", conf["is_host"])
-    return None if network.is_loopback_host(host) else host
+    host, _ = network.split_endpoint(args.rdzv_endpoint)
+    return host
 
 
 def _fix_rendezvous(
