@@ -271,11 +271,14 @@ def endpoint_host(
     """
     settings = Settings.from_env(env)
     args = _effective(argv, env, settings, slurm.SlurmStep.from_env(env), parser).args
-    if args is None or not _needs_fixing(_Draft(argv=[]), args):
+    if args is None:
         return None
-    conf = launch_args.parse_rdzv_conf(args.rdzv_conf)
-    if "is_host" in conf:
-        launch_args.parse_torch_bool("is_host", conf["is_host"])
+    if args.rdzv_backend == "c10d":
+        conf = launch_args.parse_rdzv_conf(args.rdzv_conf)
+        if "is_host" in conf:
+            launch_args.parse_torch_bool("is_host", conf["is_host"])
+    if not _needs_fixing(_Draft(argv=[]), args):
+        return None
     host, _ = network.split_endpoint(args.rdzv_endpoint)
     return host
 

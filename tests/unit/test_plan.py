@@ -528,3 +528,9 @@ def test_torch_2_5_shared_store_opt_out_respects_the_user() -> None:
     assert any("cannot restart workers" in w for w in off.warnings)
     untouched = plan(["--standalone", *SCRIPT], version="2.5.1")
     assert untouched.env == ()
+
+
+def test_bad_is_host_is_reported_before_look_ups_even_for_a_loopback_endpoint() -> None:
+    argv = ["--rdzv_backend=c10d", "--rdzv_endpoint=localhost:1", "--rdzv_conf=is_host=2", *SCRIPT]
+    with pytest.raises(ConfigError, match="is_host='2' is not valid"):
+        endpoint_host(argv, {})
