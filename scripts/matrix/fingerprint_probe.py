@@ -34,6 +34,9 @@ TARGETS = [
     "torch.distributed.elastic.rendezvous.dynamic_rendezvous:"
     "DynamicRendezvousHandler._create_tcp_store_server",
     "torch.distributed.elastic.multiprocessing.api:Std.from_str",
+    "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._restart_workers",
+    "torch.distributed.elastic.agent.server.local_elastic_agent:LocalElasticAgent._stop_workers",
+    "torch.distributed.elastic.agent.server.local_elastic_agent:LocalElasticAgent._shutdown",
     "torch.distributed.run:get_args_parser",
 ]
 

@@ -16,6 +16,7 @@ from .launch_args import LaunchArgs, Parser
 from .settings import Settings
 from .versions import (
     PATCH_HOST_MATCHER,
+    PATCH_KEEP_RENDEZVOUS,
     PATCH_STD_FROM_STR,
     Strategy,
     TorchVersion,
@@ -125,7 +126,7 @@ def make_plan(
             f"torch {version} is newer than every release torchrun_jsc was tested with "
             f"(up to 2.15); using the strategy for {strategy.label}"
         )
-    _torch_bug_workarounds(draft, version, settings, facts)
+    _torch_bug_workarounds(draft, version, strategy, settings, facts)
     step = slurm.SlurmStep.from_env(env)
     effective = _effective(argv, env, settings, step, parser)
     args, original = effective.args, effective.original
@@ -222,8 +223,24 @@ def _guards(
 
 
 def _torch_bug_workarounds(
-    draft: _Draft, version: TorchVersion, settings: Settings, facts: NodeFacts
+    draft: _Draft, version: TorchVersion, strategy: Strategy, settings: Settings,
+    facts: NodeFacts,
 ) -> None:
+    if strategy.restart_closes_rendezvous:
+        if settings.fix_torch_bugs:
+            draft.patches.append(
+                PatchSpec(
+                    PATCH_KEEP_RENDEZVOUS,
+                    reason=f"torch {strategy.label} closes the rendezvous when it restarts "
+                    "workers (--max_restarts, membership changes)",
+                )
+            )
+        else:
+            draft.warnings.append(
+                f"torch {strategy.label} closes the rendezvous when it restarts workers, so "
+                "--max_restarts ends in RendezvousClosedError; TORCHRUN_JSC_FIX_TORCH_BUGS=0 "
+                "leaves it so"
+            )
     if version.key < (2, 0) and facts.python_version >= (3, 11):
         if settings.fix_torch_bugs:
             draft.patches.append(

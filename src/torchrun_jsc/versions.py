@@ -50,6 +50,7 @@ PATCH_STORE_INFO_BUILD = "store_info_build"
 PATCH_NODE_DESC = "node_desc"
 PATCH_HOST_MATCHER = "host_matcher"
 PATCH_STD_FROM_STR = "std_from_str"
+PATCH_KEEP_RENDEZVOUS = "keep_rendezvous"
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class Strategy:
     master_addr: str
     #: torch 2.5: the workers use the rendezvous store itself (breaks worker restarts).
     shares_rendezvous_store: bool = False
+    #: torch 2.3: restarting the workers closes the rendezvous (``--max_restarts`` never works).
+    restart_closes_rendezvous: bool = False
 
     @property
     def label(self) -> str:
@@ -91,8 +94,13 @@ STRATEGIES: Tuple[Strategy, ...] = (
         master_addr="group rank 0 publishes agent.api._get_fq_hostname(); no --local_addr",
     ),
     Strategy(
-        (2, 0), (2, 4), local_addr_arg=True, advertise_patch=PATCH_FQ_HOSTNAME,
+        (2, 0), (2, 3), local_addr_arg=True, advertise_patch=PATCH_FQ_HOSTNAME,
         master_addr="group rank 0 publishes its --local_addr, else _get_fq_hostname()",
+    ),
+    Strategy(
+        (2, 3), (2, 4), local_addr_arg=True, advertise_patch=PATCH_FQ_HOSTNAME,
+        master_addr="group rank 0 publishes its --local_addr, else _get_fq_hostname()",
+        restart_closes_rendezvous=True,
     ),
     Strategy(
         (2, 4), (2, 5), local_addr_arg=False, advertise_patch=PATCH_STORE_INFO_BUILD,

@@ -100,7 +100,7 @@ def test_strategy_table_covers_every_version_once() -> None:
             assert strategy_for(version) is rows[0]
     assert is_untested(TorchVersion(3, 0)) and not is_untested(TorchVersion(2, 15))
     assert [s.label for s in STRATEGIES] == [
-        ">=1.9,<2.0", ">=2.0,<2.4", ">=2.4,<2.5", ">=2.5,<2.6", ">=2.6"
+        ">=1.9,<2.0", ">=2.0,<2.3", ">=2.3,<2.4", ">=2.4,<2.5", ">=2.5,<2.6", ">=2.6"
     ]
 
 

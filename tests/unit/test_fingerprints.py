@@ -19,6 +19,7 @@ import pytest
 from torchrun_jsc.patches import _common
 from torchrun_jsc.versions import (
     PATCH_HOST_MATCHER,
+    PATCH_KEEP_RENDEZVOUS,
     PATCH_STD_FROM_STR,
     TorchVersion,
     strategy_for,
@@ -33,6 +34,8 @@ def used_patches(version: TorchVersion) -> List[str]:
     names = [PATCH_HOST_MATCHER, strategy.advertise_patch]
     if version.key < (2, 0):
         names.append(PATCH_STD_FROM_STR)
+    if strategy.restart_closes_rendezvous:
+        names.append(PATCH_KEEP_RENDEZVOUS)
     return names
 
 
@@ -47,6 +50,9 @@ def fingerprint(entry: Dict[str, Any], module: str, target: str) -> Optional[Tup
 
 def targets(name: str) -> List[Tuple[str, str, Tuple[Tuple[str, ...], ...]]]:
     module = importlib.import_module(f"torchrun_jsc.patches.{name}")
+    checks = getattr(module, "CHECKS", None)
+    if checks:
+        return [(m, t, tuple(tuple(a) for a in acc)) for m, t, acc in checks]
     modules = getattr(module, "MODULES", None) or (module.MODULE,)
     return [(m, module.TARGET, tuple(tuple(a) for a in module.ACCEPTED)) for m in modules]
 

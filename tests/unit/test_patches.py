@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -98,6 +98,78 @@ def test_std_from_str_repairs_a_broken_reader(monkeypatch: pytest.MonkeyPatch) -
     assert Std.from_str("0:3,1:0,2:1") == {0: Std.ALL, 1: Std.NONE, 2: Std.OUT}
     with pytest.raises(ValueError, match="does not match"):
         Std.from_str("4")
+
+
+def test_keep_rendezvous_declines_other_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    def stop_2_4(self: Any, worker_group: Any, is_restart: bool = False) -> None:
+        raise AssertionError("not called")
+
+    def shutdown_2_13(self: Any, death_sig: Any = None, timeout: int = 30) -> None:
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(LocalElasticAgent, "_stop_workers", stop_2_4)
+    reason = patches.install("keep_rendezvous", {})
+    assert reason is not None and reason.endswith(
+        "LocalElasticAgent._stop_workers has parameters (self, worker_group, is_restart); "
+        "expected (self, worker_group)"
+    )
+    monkeypatch.setattr(LocalElasticAgent, "_stop_workers", lambda self, worker_group: None)
+    monkeypatch.setattr(LocalElasticAgent, "_shutdown", shutdown_2_13)
+    reason = patches.install("keep_rendezvous", {})
+    assert reason is not None and reason.endswith(
+        "LocalElasticAgent._shutdown has parameters (self, death_sig, timeout); "
+        "expected (self, death_sig)"
+    )
+
+
+class _Handler:
+    def __init__(self) -> None:
+        self.shutdowns = 0
+
+    def shutdown(self) -> bool:
+        self.shutdowns += 1
+        return True
+
+
+def test_keep_rendezvous_repairs_a_2_3_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2.3-shaped agent (its _stop_workers -> _shutdown closes the rendezvous) keeps the
+    rendezvous open across _restart_workers once patched, and still closes it on _shutdown."""
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    seen: list[int] = []
+
+    def stop_2_3(self: Any, worker_group: Any) -> None:
+        self._shutdown()
+
+    def shutdown_2_3(self: Any, death_sig: Any = None) -> None:
+        if self._rdzv_handler:
+            self._rdzv_handler.shutdown()
+
+    def restart_2_3(self: Any, worker_group: Any) -> None:
+        self._stop_workers(worker_group)
+        seen.append(self._rdzv_handler.shutdowns if self._rdzv_handler else -1)
+
+    monkeypatch.setattr(LocalElasticAgent, "_stop_workers", stop_2_3)
+    monkeypatch.setattr(LocalElasticAgent, "_shutdown", shutdown_2_3)
+    monkeypatch.setattr(SimpleElasticAgent, "_restart_workers", restart_2_3)
+    agent: Any = LocalElasticAgent.__new__(LocalElasticAgent)  # no spec needed for this
+    agent._rdzv_handler = handler = _Handler()
+    agent._restart_workers(None)
+    assert handler.shutdowns == 1, "unpatched, a restart closes the rendezvous (the 2.3 bug)"
+    try:
+        assert patches.install("keep_rendezvous", {}) is None
+        handler.shutdowns = 0
+        agent._restart_workers(None)
+        assert handler.shutdowns == 0, "patched, a restart keeps the rendezvous open"
+        assert agent._rdzv_handler is handler, "the handler is back after the restart"
+        agent._shutdown()
+        assert handler.shutdowns == 1, "the final shutdown still closes it"
+    finally:
+        patches.restore_all()
+    assert SimpleElasticAgent._restart_workers is restart_2_3
 
 
 def test_a_changed_signature_is_declined_with_its_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -104,6 +104,7 @@ def test_every_version_advertises_own_ib_address(version: str, node_id: int) -> 
     assert dict(p.env) == expected_env
     assert script_args(p) == SCRIPT, "added arguments go before the script"
     assert ("std_from_str" in patch_names(p)) is (major < 2)
+    assert ("keep_rendezvous" in patch_names(p)) is ((major, minor) == (2, 3))
     assert any("newer than every release" in w for w in p.warnings) is (major >= 3)
 
 
@@ -117,7 +118,8 @@ def test_prefer_old_solution_patches_instead_of_local_addr(version: str) -> None
     assert not any(a.startswith("--local_addr") for a in p.added_args)
     major_minor = tuple(int(x) for x in version.split(".")[:2])
     expected = "fq_hostname" if major_minor < (2, 4) else "node_desc"
-    assert [(s.name, s.kwargs) for s in p.patches] == [(expected, {"address": ib(1)})]
+    advertise = [(s.name, s.kwargs) for s in p.patches if s.name != "keep_rendezvous"]
+    assert advertise == [(expected, {"address": ib(1)})]
 
 
 @pytest.mark.parametrize("version", ["1.8.1", "0.4.0", "1.2"])
@@ -294,6 +296,21 @@ def test_torch_1_x_on_python_3_11_gets_the_std_fix_even_when_untouched() -> None
     p = plan(["--standalone", *SCRIPT], version="1.13.1", env={"TORCHRUN_JSC_FIX_TORCH_BUGS": "0"})
     assert patch_names(p) == ()
     assert any("crashes" in w for w in p.warnings)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--standalone", *SCRIPT], ["--nnodes=4", "--rdzv_backend=c10d",
+                                 "--rdzv_endpoint=node0i:29500", "--max_restarts=1", *SCRIPT]],
+)  # fmt: skip
+@pytest.mark.parametrize("version", ["2.2.2", "2.3.0", "2.3.1", "2.4.1"])
+def test_torch_2_3_keeps_the_rendezvous_open_on_restarts(argv: list[str], version: str) -> None:
+    p = plan(argv, env={"SLURM_NODEID": "1"}, version=version, facts=node(1))
+    assert ("keep_rendezvous" in patch_names(p)) is version.startswith("2.3.")
+    off = plan(argv, env={"SLURM_NODEID": "1", "TORCHRUN_JSC_FIX_TORCH_BUGS": "0"},
+               version=version, facts=node(1))
+    assert "keep_rendezvous" not in patch_names(off)
+    assert any("RendezvousClosedError" in w for w in off.warnings) is version.startswith("2.3.")
 
 
 # ----------------------------------------------------------------------------- layouts

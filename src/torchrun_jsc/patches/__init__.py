@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, Optional
 from ..errors import PatchDeclined
 from ._common import restore_all
 
-NAMES = ("fq_hostname", "store_info_build", "node_desc", "host_matcher", "std_from_str")
+NAMES = ("fq_hostname", "store_info_build", "node_desc", "host_matcher", "std_from_str",
+         "keep_rendezvous")
 
 __all__ = ["NAMES", "PatchDeclined", "install", "restore_all"]
 
