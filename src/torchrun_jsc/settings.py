@@ -80,8 +80,8 @@ VARIABLES: Tuple[Variable, ...] = (
         "1",
         "0 or 1",
         "1: work around torch bugs that break plain torchrun (torch < 2.0 on Python >= 3.11:"
-        " the default --redirects/--tee values; torch 2.5: worker restarts with the shared"
-        " rendezvous store).",
+        " the default --redirects/--tee values; torch 2.3: worker restarts close the rendezvous;"
+        " torch 2.5: worker restarts with the shared rendezvous store).",
     ),
     Variable(
         "TORCHRUN_JSC_RESOLVE_TIMEOUT",
