@@ -146,12 +146,16 @@ def test_worker_crash_once_restarts(jsc_cluster: Cluster) -> None:
 def test_non_host_node_killed_during_training(jsc_cluster: Cluster) -> None:
     version = torch_label(jsc_cluster.python)
     major_minor = tuple(int(x) for x in version[len("torch"):].split(".")[:2] if x.isdigit())
-    if major_minor < (2, 1):
+    # torch < 2.1 agents run their exit barrier also after a failure: they wait for the dead
+    # peer for exit_barrier_timeout=300 s (not settable from torchrun) before exiting non-zero
+    barrier = 300 if major_minor < (2, 1) else 0
+    if barrier and os.environ.get("TRJSC_SLOW_SCENARIOS") != "1":
         pytest.skip(
-            f"{version}: after a peer dies, torch < 2.1 agents wait in their exit barrier for "
-            "exit_barrier_timeout=300 s (not settable from torchrun) before exiting non-zero; "
-            "bounded, but too slow for CI"
+            f"{version}: torch < 2.1 agents wait {barrier} s in their exit barrier after a peer "
+            "dies (bounded, too slow for CI); TRJSC_SLOW_SCENARIOS=1 runs it, as "
+            "scripts/torch-matrix does"
         )
+    limit = 120 + barrier
     argv = jsc(jsc_cluster, conf="join_timeout=30,read_timeout=30")
     env = {"TRJSC_TRAIN_SECONDS": "120", "TRJSC_PG_TIMEOUT": "20"}
     procs = [jsc_cluster.node_exec(i, argv, env=env) for i in range(4)]
@@ -168,7 +172,7 @@ def test_non_host_node_killed_during_training(jsc_cluster: Cluster) -> None:
         killed_at = time.monotonic()
         outs = {}
         for i, p in enumerate(procs[:3]):
-            out, err = p.communicate(timeout=150)
+            out, err = p.communicate(timeout=limit + 30)
             outs[f"node{i}"] = out + err
         elapsed = time.monotonic() - killed_at
     finally:
@@ -179,7 +183,7 @@ def test_non_host_node_killed_during_training(jsc_cluster: Cluster) -> None:
     codes = [p.returncode for p in procs[:3]]
     text = "\n".join(f"--- {k}\n{v[-2500:]}" for k, v in outs.items())
     assert all(c != 0 for c in codes), f"{codes}\n{text}"
-    assert elapsed < 120, f"took {elapsed:.0f} s to fail\n{text}"
+    assert elapsed < limit, f"took {elapsed:.0f} s to fail (limit {limit} s)\n{text}"
     assert all("ChildFailedError" in v or "Error" in v for v in outs.values()), text
 
 
