@@ -86,6 +86,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="4,8,16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--record", action="store_true")
+    parser.add_argument("--section", default="cluster-launch",
+                        help="section of docs/benchmarks.md that --record replaces")
     args = parser.parse_args()
     rows = ["| nodes | torchrun (hand-fixed) median s | torchrun_jsc median s "
             "| median paired ratio | peak PSS hand-fixed MiB | peak PSS torchrun_jsc MiB "
@@ -111,7 +113,7 @@ def main() -> None:
     table = "\n".join(rows) + f"\n\n{args.rounds} paired rounds per size, order alternating."
     print(table)
     if args.record:
-        record("cluster-launch", table, ROOT / "docs" / "benchmarks.md")
+        record(args.section, table, ROOT / "docs" / "benchmarks.md")
 
 
 if __name__ == "__main__":
