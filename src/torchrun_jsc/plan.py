@@ -227,33 +227,28 @@ def _torch_bug_workarounds(
     facts: NodeFacts,
 ) -> None:
     if strategy.restart_closes_rendezvous:
-        if settings.fix_torch_bugs:
-            draft.patches.append(
-                PatchSpec(
-                    PATCH_KEEP_RENDEZVOUS,
-                    reason=f"torch {strategy.label} closes the rendezvous when it restarts "
-                    "workers (--max_restarts, membership changes)",
-                )
-            )
-        else:
-            draft.warnings.append(
-                f"torch {strategy.label} closes the rendezvous when it restarts workers, so "
-                "--max_restarts ends in RendezvousClosedError; TORCHRUN_JSC_FIX_TORCH_BUGS=0 "
-                "leaves it so"
-            )
+        _bug_patch(
+            draft, settings, PATCH_KEEP_RENDEZVOUS,
+            fixes=f"torch {strategy.label} closes the rendezvous when it restarts workers "
+            "(--max_restarts, membership changes)",
+            left=f"torch {strategy.label} closes the rendezvous when it restarts workers, so "
+            "--max_restarts ends in RendezvousClosedError",
+        )  # fmt: skip
     if version.key < (2, 0) and facts.python_version >= (3, 11):
-        if settings.fix_torch_bugs:
-            draft.patches.append(
-                PatchSpec(
-                    PATCH_STD_FROM_STR,
-                    reason="torch < 2.0 on Python >= 3.11 cannot read --redirects/--tee",
-                )
-            )
-        else:
-            draft.warnings.append(
-                "torch < 2.0 on Python >= 3.11 crashes with the default --redirects/--tee; "
-                "TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves it so"
-            )
+        _bug_patch(
+            draft, settings, PATCH_STD_FROM_STR,
+            fixes="torch < 2.0 on Python >= 3.11 cannot read --redirects/--tee",
+            left="torch < 2.0 on Python >= 3.11 crashes with the default --redirects/--tee",
+        )  # fmt: skip
+
+
+def _bug_patch(draft: _Draft, settings: Settings, name: str, fixes: str, left: str) -> None:
+    """Install patch ``name`` (reason ``fixes``), or with TORCHRUN_JSC_FIX_TORCH_BUGS=0 warn
+    that the bug (``left``) stays."""
+    if settings.fix_torch_bugs:
+        draft.patches.append(PatchSpec(name, reason=fixes))
+    else:
+        draft.warnings.append(f"{left}; TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves it so")
 
 
 def _needs_fixing(draft: _Draft, args: LaunchArgs) -> bool:

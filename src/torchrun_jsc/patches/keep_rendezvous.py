@@ -32,9 +32,10 @@ CHECKS = (
 
 def install() -> None:
     """Keep the rendezvous open while an agent restarts its workers."""
-    for module, target, accepted in CHECKS:
-        expect(f"{module}.{target}", find(module, target)[2], accepted)
-    owner, attr, original = find(MODULE, TARGET)
+    found = [find(module, target) for module, target, _ in CHECKS]
+    for (module, target, accepted), (_, _, value) in zip(CHECKS, found):
+        expect(f"{module}.{target}", value, accepted)
+    owner, attr, original = found[0]  # CHECKS[0] is the function replaced here
     restart: Callable[..., Any] = original
 
     def _restart_workers(self: Any, worker_group: Any) -> Any:
