@@ -58,14 +58,31 @@ class PeakMemory:
 
 
 def argv_for(cluster: Cluster, kind: str, nodes: int) -> Tuple[List[str], Dict[str, str]]:
-    common = [f"--nnodes={nodes}", "--nproc_per_node=1", "--rdzv_backend=c10d", "--rdzv_id=1",
-              "--rdzv_endpoint=node0i:29500"]
+    common = [
+        f"--nnodes={nodes}",
+        "--nproc_per_node=1",
+        "--rdzv_backend=c10d",
+        "--rdzv_id=1",
+        "--rdzv_endpoint=node0i:29500",
+    ]
     if kind == "torchrun_jsc":
-        return [str(cluster.python), "-m", "torchrun_jsc", *common,
-                "--rdzv_conf=join_timeout=300,read_timeout=300", str(TRAIN)], {}
-    argv = [str(cluster.python), "-m", "torch.distributed.run", *common,
-            "--rdzv_conf=is_host=@IS_FIRST@,join_timeout=300,read_timeout=300",
-            "--local_addr=@HOSTNAME@i", str(TRAIN)]
+        return [
+            str(cluster.python),
+            "-m",
+            "torchrun_jsc",
+            *common,
+            "--rdzv_conf=join_timeout=300,read_timeout=300",
+            str(TRAIN),
+        ], {}
+    argv = [
+        str(cluster.python),
+        "-m",
+        "torch.distributed.run",
+        *common,
+        "--rdzv_conf=is_host=@IS_FIRST@,join_timeout=300,read_timeout=300",
+        "--local_addr=@HOSTNAME@i",
+        str(TRAIN),
+    ]
     return on_each_node(argv), {"GLOO_SOCKET_IFNAME": "ib", "NCCL_SOCKET_IFNAME": "ib"}
 
 
@@ -86,13 +103,18 @@ def main() -> None:
     parser.add_argument("--sizes", default="4,8,16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--record", action="store_true")
-    parser.add_argument("--section", default="cluster-launch",
-                        help="section of docs/benchmarks.md that --record replaces")
+    parser.add_argument(
+        "--section",
+        default="cluster-launch",
+        help="section of docs/benchmarks.md that --record replaces",
+    )
     args = parser.parse_args()
-    rows = ["| nodes | torchrun (hand-fixed) median s | torchrun_jsc median s "
-            "| median paired ratio | peak PSS hand-fixed MiB | peak PSS torchrun_jsc MiB "
-            "| PSS ratio |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| nodes | torchrun (hand-fixed) median s | torchrun_jsc median s "
+        "| median paired ratio | peak PSS hand-fixed MiB | peak PSS torchrun_jsc MiB "
+        "| PSS ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for nodes in (int(n) for n in args.sizes.split(",")):
         with Cluster(nodes=nodes, prefix=free_prefix("trjb"), python=Path(sys.executable)) as c:
             one(c, "torchrun_jsc", nodes)  # warm caches
@@ -107,9 +129,11 @@ def main() -> None:
                     print(f"{nodes} nodes {kind}: {w:.1f} s, peak {m / 1024:.0f} MiB", flush=True)
         ratio = statistics.median(a / b for a, b in zip(wall["torchrun_jsc"], wall["hand"]))
         mh, mj = statistics.median(mem["hand"]), statistics.median(mem["torchrun_jsc"])
-        rows.append(f"| {nodes} | {statistics.median(wall['hand']):.1f} | "
-                    f"{statistics.median(wall['torchrun_jsc']):.1f} | {ratio:.3f} | "
-                    f"{mh / 1024:.0f} | {mj / 1024:.0f} | {mj / mh:.3f} |")
+        rows.append(
+            f"| {nodes} | {statistics.median(wall['hand']):.1f} | "
+            f"{statistics.median(wall['torchrun_jsc']):.1f} | {ratio:.3f} | "
+            f"{mh / 1024:.0f} | {mj / 1024:.0f} | {mj / mh:.3f} |"
+        )
     table = "\n".join(rows) + f"\n\n{args.rounds} paired rounds per size, order alternating."
     print(table)
     if args.record:

@@ -69,13 +69,16 @@ def main() -> None:
                 raise SystemExit(err)
             figures[label] = json.loads(out.strip().splitlines()[-1])
         resolv.write_text(original)
-    rows = ["| DNS | " + " | ".join(f"{k} (ms)" for k in next(iter(figures.values()))) + " |",
-            "|---|" + "---|" * len(next(iter(figures.values())))]
+    rows = [
+        "| DNS | " + " | ".join(f"{k} (ms)" for k in next(iter(figures.values()))) + " |",
+        "|---|" + "---|" * len(next(iter(figures.values()))),
+    ]
     for label, values in figures.items():
-        rows.append(f"| {label} | " + " | ".join(f"{v * 1000:.1f}" for v in values.values())
-                    + " |")
-    table = "\n".join(rows) + ("\n\nPlanning = fact gathering (interfaces, resolving, route "
-                               "lookup, locality) + plan, median of 5, one node namespace.")
+        rows.append(f"| {label} | " + " | ".join(f"{v * 1000:.1f}" for v in values.values()) + " |")
+    table = "\n".join(rows) + (
+        "\n\nPlanning = fact gathering (interfaces, resolving, route "
+        "lookup, locality) + plan, median of 5, one node namespace."
+    )
     print(table)
     if args.record:
         record("dead-dns", table, ROOT / "docs" / "benchmarks.md")

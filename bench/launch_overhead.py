@@ -83,11 +83,23 @@ def planning(repeat: int) -> Dict[str, float]:
     from torchrun_jsc import facts
     from torchrun_jsc.plan import endpoint_host, make_plan
 
-    argv = ["--nnodes=4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost-bench:29500",
-            "--rdzv-conf", "join_timeout=30", "train.py", "--epochs", "1"]
+    argv = [
+        "--nnodes=4",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "localhost-bench:29500",
+        "--rdzv-conf",
+        "join_timeout=30",
+        "train.py",
+        "--epochs",
+        "1",
+    ]
     env = {"SLURM_NODEID": "1"}
     node = facts.NodeFacts(
-        hostname="node1", endpoint_host="node0i", endpoint_addresses=("10.78.0.10",),
+        hostname="node1",
+        endpoint_host="node0i",
+        endpoint_addresses=("10.78.0.10",),
         route_sources={"10.78.0.10": "10.78.0.11"},
     )
     make_plan(argv, env, str(torch.__version__), node)  # imports and first parser build

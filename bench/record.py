@@ -12,12 +12,19 @@ def record(name: str, body: str, path: Path) -> None:
     """Replace the section ``name`` of ``path`` (created if missing) with ``body``."""
     begin, end = f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=path.parent, check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=path.parent,
+            check=False,
+        ).stdout.strip()
     except OSError:
         commit = "?"
-    stamp = (f"_Measured {datetime.date.today().isoformat()} on commit {commit or '?'}, "
-             f"{platform.machine()}, Python {platform.python_version()}._")
+    stamp = (
+        f"_Measured {datetime.date.today().isoformat()} on commit {commit or '?'}, "
+        f"{platform.machine()}, Python {platform.python_version()}._"
+    )
     section = f"{begin}\n{stamp}\n\n{body}\n{end}"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     if begin in text and end in text:

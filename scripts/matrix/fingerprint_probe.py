@@ -22,23 +22,31 @@ import os
 import platform
 import sys
 
-# "module:qualified.name" of every object torchrun_jsc patches or relies on.
-TARGETS = [
-    "torch.distributed.elastic.rendezvous.utils:_matches_machine_hostname",
-    "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend:_matches_machine_hostname",
-    "torch.distributed.elastic.agent.server.api:_get_fq_hostname",
+# "module:qualified.name" of objects recorded beyond the patches' own CHECKS: the parser (its
+# options and PET_* variables) and torch internals the plan reasons about.
+EXTRA_TARGETS = [
     "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._set_master_addr_port",
-    "torch.distributed.elastic.rendezvous.api:RendezvousStoreInfo.build",
-    "torch.distributed.elastic.rendezvous.dynamic_rendezvous:_NodeDescGenerator.generate",
     "torch.distributed.elastic.rendezvous.dynamic_rendezvous:_NodeDesc",
     "torch.distributed.elastic.rendezvous.dynamic_rendezvous:"
     "DynamicRendezvousHandler._create_tcp_store_server",
-    "torch.distributed.elastic.multiprocessing.api:Std.from_str",
-    "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._restart_workers",
-    "torch.distributed.elastic.agent.server.local_elastic_agent:LocalElasticAgent._stop_workers",
-    "torch.distributed.elastic.agent.server.local_elastic_agent:LocalElasticAgent._shutdown",
     "torch.distributed.run:get_args_parser",
 ]
+
+
+def targets(src):
+    """Every internal some torchrun_jsc patch declares in CHECKS (read from the project source
+    at ``src``), then EXTRA_TARGETS: one home for the list, the patch modules."""
+    sys.path.insert(0, src)
+    from torchrun_jsc import patches
+
+    found = []
+    for name in patches.NAMES:
+        for check in patches.checks_of(name):
+            spec = "%s:%s" % (check.module, check.target)
+            if spec not in found:
+                found.append(spec)
+    return found + [t for t in EXTRA_TARGETS if t not in found]
+
 
 # Value put into every PET_<DEST> variable to find out which parser actions read
 # the environment.  Must parse as int (check_env does bool(int(value))).
@@ -125,9 +133,7 @@ def _parser_facts(get_args_parser):
     return {
         "option_strings": [s for a in parser._actions for s in a.option_strings],
         "actions": actions,
-        "env_actions": {
-            "PET_" + a["dest"].upper(): a["action_class"] for a in actions if a["env"]
-        },
+        "env_actions": {"PET_" + a["dest"].upper(): a["action_class"] for a in actions if a["env"]},
     }
 
 
@@ -142,7 +148,9 @@ def probe(spec):
     owner = obj
     for part in qualname.split("."):
         if not hasattr(obj, part):
-            facts.update(exists=False, missing=f"no attribute {part!r} on {getattr(obj, '__name__', obj)}")
+            facts.update(
+                exists=False, missing=f"no attribute {part!r} on {getattr(obj, '__name__', obj)}"
+            )
             return facts
         owner, obj = obj, getattr(obj, part)
         last = part
@@ -173,10 +181,16 @@ def main():
     _clean_env()
     import torch
 
+    src = (
+        sys.argv[1]
+        if len(sys.argv) > 1
+        else os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "src")
+    )
+
     result = {
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
-        "targets": {spec: probe(spec) for spec in TARGETS},
+        "targets": {spec: probe(spec) for spec in targets(src)},
     }
     json.dump(result, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")

@@ -19,5 +19,5 @@ class UnsupportedTorchError(TorchrunJscError):
     """The installed torch is outside the supported range."""
 
 
-class PatchDeclined(TorchrunJscError):
+class PatchDeclinedError(TorchrunJscError):
     """A runtime patch found a torch internal it does not expect and did nothing."""

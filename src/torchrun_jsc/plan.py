@@ -16,11 +16,11 @@ from .launch_args import LaunchArgs, Parser
 from .settings import Settings
 from .versions import (
     PATCH_HOST_MATCHER,
-    PATCH_KEEP_RENDEZVOUS,
-    PATCH_STD_FROM_STR,
     Strategy,
     TorchVersion,
+    bugs_for,
     is_untested,
+    newest_tested_label,
     strategy_for,
 )
 
@@ -124,7 +124,7 @@ def make_plan(
     if is_untested(version):
         draft.warnings.append(
             f"torch {version} is newer than every release torchrun_jsc was tested with "
-            f"(up to 2.15); using the strategy for {strategy.label}"
+            f"(up to {newest_tested_label()}); using the strategy for {strategy.label}"
         )
     _torch_bug_workarounds(draft, version, strategy, settings, facts)
     step = slurm.SlurmStep.from_env(env)
@@ -141,7 +141,7 @@ def make_plan(
     else:
         _guards(draft, step, args, settings)
         if _needs_fixing(draft, args):
-            _fix_rendezvous(draft, args, env, settings, strategy, facts)
+            _fix_rendezvous(draft, args, env, settings, version, facts)
     return _finish(draft, version, strategy, original)
 
 
@@ -166,9 +166,10 @@ def _effective(
         return _Effective(original, original)
     if step is None or not step.in_step:
         return _Effective(
-            original, original,
+            original,
+            original,
             auto_skipped="TORCHRUN_JSC_SLURM_AUTO=1 outside a Slurm step (srun): nothing filled in",
-        )  # fmt: skip
+        )
     given = launch_args.given_options(argv, env) or frozenset()
     auto = autoconfig.slurm_args(step, given, original.rdzv_backend, settings.host_suffix)
     filled = list(argv)
@@ -209,46 +210,35 @@ def _guards(
     tasks = step.tasks_on_this_node
     if step.in_step and tasks is not None and tasks > 1 and not single:
         _guard(
-            draft, settings,
+            draft,
+            settings,
             f"{tasks} Slurm tasks on this node would each start a torchrun agent; start one "
             "task per node (srun --ntasks-per-node=1): torchrun starts the workers",
-        )  # fmt: skip
+        )
     if not step.in_step and step.is_multi_node and nodes[0] > 1:
         _guard(
-            draft, settings,
+            draft,
+            settings,
             f"started outside srun in a {step.num_nodes}-node allocation: only this node runs "
             f"an agent and --nnodes={args.nnodes} is never reached; start it as "
             "srun --ntasks-per-node=1 torchrun_jsc ...",
-        )  # fmt: skip
+        )
 
 
 def _torch_bug_workarounds(
-    draft: _Draft, version: TorchVersion, strategy: Strategy, settings: Settings,
+    draft: _Draft,
+    version: TorchVersion,
+    strategy: Strategy,
+    settings: Settings,
     facts: NodeFacts,
 ) -> None:
-    if strategy.restart_closes_rendezvous:
-        _bug_patch(
-            draft, settings, PATCH_KEEP_RENDEZVOUS,
-            fixes=f"torch {strategy.label} closes the rendezvous when it restarts workers "
-            "(--max_restarts, membership changes)",
-            left=f"torch {strategy.label} closes the rendezvous when it restarts workers, so "
-            "--max_restarts ends in RendezvousClosedError",
-        )  # fmt: skip
-    if version.key < (2, 0) and facts.python_version >= (3, 11):
-        _bug_patch(
-            draft, settings, PATCH_STD_FROM_STR,
-            fixes="torch < 2.0 on Python >= 3.11 cannot read --redirects/--tee",
-            left="torch < 2.0 on Python >= 3.11 crashes with the default --redirects/--tee",
-        )  # fmt: skip
-
-
-def _bug_patch(draft: _Draft, settings: Settings, name: str, fixes: str, left: str) -> None:
-    """Install patch ``name`` (reason ``fixes``), or with TORCHRUN_JSC_FIX_TORCH_BUGS=0 warn
-    that the bug (``left``) stays."""
-    if settings.fix_torch_bugs:
-        draft.patches.append(PatchSpec(name, reason=fixes))
-    else:
-        draft.warnings.append(f"{left}; TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves it so")
+    for bug in bugs_for(version, facts.python_version):
+        if bug.patch is None:
+            continue  # an environment workaround: multi-node launches only (_fix_rendezvous)
+        if settings.fix_torch_bugs:
+            draft.patches.append(PatchSpec(bug.patch, reason=bug.fixes))
+        else:
+            draft.warnings.append(f"{bug.left}; TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves it so")
 
 
 def _needs_fixing(draft: _Draft, args: LaunchArgs) -> bool:
@@ -300,9 +290,10 @@ def _fix_rendezvous(
     args: LaunchArgs,
     env: Mapping[str, str],
     settings: Settings,
-    strategy: Strategy,
+    version: TorchVersion,
     facts: NodeFacts,
 ) -> None:
+    strategy = strategy_for(version)
     host, _ = network.split_endpoint(args.rdzv_endpoint)
     conf = launch_args.parse_rdzv_conf(args.rdzv_conf)
     for key, instead in IGNORED_RDZV_KEYS.items():
@@ -345,7 +336,7 @@ def _fix_rendezvous(
             f"the store ({why}); {fix}"
         )
     _decide_ifname(draft, env, settings, facts)
-    _shared_store_workaround(draft, env, settings, strategy)
+    _env_bug_workarounds(draft, env, settings, version, facts)
 
 
 def _decide_is_host(
@@ -458,29 +449,25 @@ def _decide_ifname(
             draft.decide(name, draft.interface, f"the interface of {draft.address}")
 
 
-SHARED_STORE_OPT_OUT = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-
-
-def _shared_store_workaround(
-    draft: _Draft, env: Mapping[str, str], settings: Settings, strategy: Strategy
+def _env_bug_workarounds(
+    draft: _Draft,
+    env: Mapping[str, str],
+    settings: Settings,
+    version: TorchVersion,
+    facts: NodeFacts,
 ) -> None:
-    """torch 2.5 shares the rendezvous store with the workers; an agent that restarts its
-    workers (``--max_restarts``) then fails to rejoin (RendezvousClosedError). Its own opt-out
-    gives every worker group a fresh store on group rank 0, as torch 2.6+ does."""
-    if not strategy.shares_rendezvous_store or env.get(SHARED_STORE_OPT_OUT):
-        return
-    if not settings.fix_torch_bugs:
-        draft.warnings.append(
-            f"torch {strategy.label} cannot restart workers with its shared rendezvous store; "
-            f"TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves {SHARED_STORE_OPT_OUT} unset"
-        )
-        return
-    draft.env[SHARED_STORE_OPT_OUT] = "1"
-    draft.decide(
-        SHARED_STORE_OPT_OUT, "1",
-        "torch 2.5's shared rendezvous store breaks worker restarts; a fresh store on group "
-        "rank 0 (as in 2.6+) does not",
-    )  # fmt: skip
+    """Bugs worked around by a variable torch itself reads (torch 2.5's shared store)."""
+    for bug in bugs_for(version, facts.python_version):
+        if bug.env is None:
+            continue
+        name, value = bug.env
+        if env.get(name):
+            continue
+        if not settings.fix_torch_bugs:
+            draft.warnings.append(f"{bug.left}; TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves {name} unset")
+            continue
+        draft.env[name] = value
+        draft.decide(name, value, bug.fixes)
 
 
 def ifname_selects(variable: str, value: str, interface: str) -> bool:

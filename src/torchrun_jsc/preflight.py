@@ -525,10 +525,14 @@ class Collector:
 
     def _finish(self, joined: List[_Join]) -> Tuple[Verdict, str]:
         peers = [
-            {"id": j.member.id, "address": j.member.report.address,
-             "port": j.member.report.probe_port, "hostname": j.member.report.hostname}
+            {
+                "id": j.member.id,
+                "address": j.member.report.address,
+                "port": j.member.report.probe_port,
+                "hostname": j.member.report.hostname,
+            }
             for j in joined
-        ]  # fmt: skip
+        ]
         send_by = time.monotonic() + SEND_GRACE
         for j in joined:
             try:
@@ -632,8 +636,12 @@ def run_client(config: NodeConfig, deadline: float) -> ClientOutcome:
     late = deadline + CLIENT_GRACE
     step = "join"
     try:
-        hello = {"type": "hello", "proto": PROTOCOL, "rdzv_id": config.rdzv_id,
-                 "report": config.report.to_json()}  # fmt: skip
+        hello = {
+            "type": "hello",
+            "proto": PROTOCOL,
+            "rdzv_id": config.rdzv_id,
+            "report": config.report.to_json(),
+        }
         channel.send(hello, time.monotonic() + HELLO_TIMEOUT)
         answer = channel.recv(time.monotonic() + HELLO_TIMEOUT)
         if answer.get("type") == "reject":
@@ -659,9 +667,12 @@ def run_client(config: NodeConfig, deadline: float) -> ClientOutcome:
         out.line = str(final.get("line"))
         out.ok = final.get("ok") is True
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        what = {"join": "did not answer as a torchrun_jsc preflight collector (is another "
-                "program using the port?)", "peers": "sent no list of peers",
-                "verdict": "sent no verdict"}[step]  # fmt: skip
+        what = {
+            "join": "did not answer as a torchrun_jsc preflight collector (is another "
+            "program using the port?)",
+            "peers": "sent no list of peers",
+            "verdict": "sent no verdict",
+        }[step]
         out.problem = f"the collector at {config.endpoint} {what} ({describe_error(exc)})"
     finally:
         channel.close()

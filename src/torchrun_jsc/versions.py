@@ -52,10 +52,35 @@ PATCH_HOST_MATCHER = "host_matcher"
 PATCH_STD_FROM_STR = "std_from_str"
 PATCH_KEEP_RENDEZVOUS = "keep_rendezvous"
 
+#: Every torch release the cluster scenarios run on (``scripts/torch-matrix``; the README and
+#: ``docs/compatibility.md`` list the same).
+TESTED_RELEASES = (
+    "1.13.1",
+    "2.0.1",
+    "2.1.2",
+    "2.2.2",
+    "2.3.1",
+    "2.4.1",
+    "2.5.1",
+    "2.6.0",
+    "2.7.1",
+    "2.8.0",
+    "2.9.1",
+    "2.10.0",
+    "2.11.0",
+    "2.12.1",
+    "2.13.0",
+    "2.14.1",
+    "2.15.0",
+)
+MINIMUM = (1, 9)
+#: The newest tested minor release; anything newer gets the last row and a warning.
+NEWEST_TESTED = max(tuple(int(x) for x in v.split(".")[:2]) for v in TESTED_RELEASES)
+
 
 @dataclass(frozen=True)
 class Strategy:
-    """How one range of torch versions is fixed.
+    """How one range of torch versions advertises this node's address.
 
     ``local_addr_arg``: torchrun accepts ``--local_addr`` and the group-rank-0 node's value becomes
     ``MASTER_ADDR`` (the "argument" or "new" solution). ``advertise_patch``: the runtime patch
@@ -68,57 +93,133 @@ class Strategy:
     local_addr_arg: bool
     advertise_patch: str
     master_addr: str
-    #: torch 2.5: the workers use the rendezvous store itself (breaks worker restarts).
-    shares_rendezvous_store: bool = False
-    #: torch 2.3: restarting the workers closes the rendezvous (``--max_restarts`` never works).
-    restart_closes_rendezvous: bool = False
 
     @property
     def label(self) -> str:
         """The range as text, e.g. ``">=2.0,<2.4"``."""
-        lo = f">={self.first[0]}.{self.first[1]}"
-        return lo if self.until is None else f"{lo},<{self.until[0]}.{self.until[1]}"
+        return _range_label(self.first, self.until)
 
     def contains(self, version: TorchVersion) -> bool:
         """Whether ``version`` lies in this range."""
-        return self.first <= version.key and (self.until is None or version.key < self.until)
+        return _in_range(version, self.first, self.until)
 
 
-MINIMUM = (1, 9)
-#: From this version on, torch is newer than any tested release: warn, use the last row.
-UNTESTED_FROM = (3, 0)
+def _range_label(first: Tuple[int, int], until: Optional[Tuple[int, int]]) -> str:
+    lo = f">={first[0]}.{first[1]}"
+    return lo if until is None else f"{lo},<{until[0]}.{until[1]}"
+
+
+def _in_range(
+    version: TorchVersion, first: Tuple[int, int], until: Optional[Tuple[int, int]]
+) -> bool:
+    return first <= version.key and (until is None or version.key < until)
+
 
 STRATEGIES: Tuple[Strategy, ...] = (
     Strategy(
-        (1, 9), (2, 0), local_addr_arg=False, advertise_patch=PATCH_FQ_HOSTNAME,
+        (1, 9),
+        (2, 0),
+        local_addr_arg=False,
+        advertise_patch=PATCH_FQ_HOSTNAME,
         master_addr="group rank 0 publishes agent.api._get_fq_hostname(); no --local_addr",
     ),
     Strategy(
-        (2, 0), (2, 3), local_addr_arg=True, advertise_patch=PATCH_FQ_HOSTNAME,
+        (2, 0),
+        (2, 4),
+        local_addr_arg=True,
+        advertise_patch=PATCH_FQ_HOSTNAME,
         master_addr="group rank 0 publishes its --local_addr, else _get_fq_hostname()",
     ),
     Strategy(
-        (2, 3), (2, 4), local_addr_arg=True, advertise_patch=PATCH_FQ_HOSTNAME,
-        master_addr="group rank 0 publishes its --local_addr, else _get_fq_hostname()",
-        restart_closes_rendezvous=True,
-    ),
-    Strategy(
-        (2, 4), (2, 5), local_addr_arg=False, advertise_patch=PATCH_STORE_INFO_BUILD,
+        (2, 4),
+        (2, 5),
+        local_addr_arg=False,
+        advertise_patch=PATCH_STORE_INFO_BUILD,
         master_addr="group rank 0 publishes socket.getfqdn() in RendezvousStoreInfo.build;"
         " --local_addr is ignored for it",
     ),
     Strategy(
-        (2, 5), (2, 6), local_addr_arg=True, advertise_patch=PATCH_NODE_DESC,
+        (2, 5),
+        (2, 6),
+        local_addr_arg=True,
+        advertise_patch=PATCH_NODE_DESC,
         master_addr="the rendezvous endpoint (shared store); with"
         " TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, group rank 0's node address (--local_addr)",
-        shares_rendezvous_store=True,
     ),
     Strategy(
-        (2, 6), None, local_addr_arg=True, advertise_patch=PATCH_NODE_DESC,
+        (2, 6),
+        None,
+        local_addr_arg=True,
+        advertise_patch=PATCH_NODE_DESC,
         master_addr="group rank 0 publishes its node address (--local_addr, else"
         " socket.getfqdn()) and serves the workers' store there",
     ),
-)  # fmt: skip
+)
+
+
+@dataclass(frozen=True)
+class TorchBug:
+    """A torch bug that breaks plain torchrun, and how torchrun_jsc works around it.
+
+    Exactly one of ``patch`` (a runtime patch) and ``env`` (a variable torchrun_jsc sets unless the
+    user set it) is given. ``TORCHRUN_JSC_FIX_TORCH_BUGS=0`` leaves every bug alone with a warning.
+    """
+
+    first: Tuple[int, int]
+    until: Tuple[int, int]
+    #: What breaks, for messages: "<fixes>" when fixed, "<left>; TORCHRUN_JSC_FIX_TORCH_BUGS=0
+    #: leaves it so" when not.
+    fixes: str
+    left: str
+    patch: Optional[str] = None
+    env: Optional[Tuple[str, str]] = None
+    #: The bug exists only from this Python on.
+    min_python: Tuple[int, int] = (3, 0)
+    #: Only multi-node c10d launches meet the bug (the others are left alone).
+    multi_node_only: bool = False
+    #: What a user of plain torchrun sets to avoid it (scripts and control tests use it).
+    plain_workaround: Tuple[Tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The affected range as text."""
+        return _range_label(self.first, self.until)
+
+    def affects(self, version: TorchVersion, python: Tuple[int, int]) -> bool:
+        """Whether ``version`` on ``python`` has the bug."""
+        return _in_range(version, self.first, self.until) and python >= self.min_python
+
+
+TORCH_BUGS: Tuple[TorchBug, ...] = (
+    TorchBug(
+        (1, 9),
+        (2, 0),
+        patch=PATCH_STD_FROM_STR,
+        min_python=(3, 11),
+        fixes="torch < 2.0 on Python >= 3.11 cannot read --redirects/--tee",
+        left="torch < 2.0 on Python >= 3.11 crashes with the default --redirects/--tee",
+        plain_workaround=(("PET_REDIRECTS", "1"), ("PET_TEE", "1")),
+    ),
+    TorchBug(
+        (2, 3),
+        (2, 4),
+        patch=PATCH_KEEP_RENDEZVOUS,
+        fixes="torch 2.3 closes the rendezvous when it restarts workers (--max_restarts,"
+        " membership changes)",
+        left="torch 2.3 closes the rendezvous when it restarts workers, so --max_restarts ends"
+        " in RendezvousClosedError",
+    ),
+    TorchBug(
+        (2, 5),
+        (2, 6),
+        env=("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
+        multi_node_only=True,
+        fixes="torch 2.5's shared rendezvous store breaks worker restarts; a fresh store on"
+        " group rank 0 (as in 2.6+) does not",
+        left="torch 2.5 cannot restart workers with its shared rendezvous store",
+        plain_workaround=(("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),),
+    ),
+)
 
 
 def strategy_for(version: TorchVersion) -> Strategy:
@@ -134,6 +235,16 @@ def strategy_for(version: TorchVersion) -> Strategy:
     return STRATEGIES[-1]  # pragma: no cover - the last row is open-ended
 
 
+def bugs_for(version: TorchVersion, python: Tuple[int, int]) -> Tuple[TorchBug, ...]:
+    """The torch bugs of ``version`` on ``python``."""
+    return tuple(bug for bug in TORCH_BUGS if bug.affects(version, python))
+
+
 def is_untested(version: TorchVersion) -> bool:
     """True for torch releases newer than every release torchrun_jsc was proven with."""
-    return version.key >= UNTESTED_FROM
+    return version.key > NEWEST_TESTED
+
+
+def newest_tested_label() -> str:
+    """``"2.15"``: the newest tested minor release, for messages."""
+    return f"{NEWEST_TESTED[0]}.{NEWEST_TESTED[1]}"

@@ -45,7 +45,9 @@ def torch_label(python: Path) -> str:
     try:
         out = subprocess.run(
             [str(python), "-c", "import torch; print(torch.__version__.split('+')[0])"],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     except (OSError, subprocess.TimeoutExpired):
         return "torch?"

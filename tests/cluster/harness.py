@@ -535,11 +535,19 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         self._wd.chmod(0o755)  # munged (user munge) must traverse the workdir
         sock = m / "run" / "munge.socket.2"
         argv = [
-            "setpriv", "--reuid=munge", "--regid=munge", "--init-groups", "--",
-            find_binary("munged") or "munged", "-F", f"--socket={sock}",
-            f"--key-file={key}", f"--log-file={m}/log/munged.log",
-            f"--pid-file={m}/run/munged.pid", f"--seed-file={m}/lib/munged.seed",
-        ]  # fmt: skip
+            "setpriv",
+            "--reuid=munge",
+            "--regid=munge",
+            "--init-groups",
+            "--",
+            find_binary("munged") or "munged",
+            "-F",
+            f"--socket={sock}",
+            f"--key-file={key}",
+            f"--log-file={m}/log/munged.log",
+            f"--pid-file={m}/run/munged.pid",
+            f"--seed-file={m}/lib/munged.seed",
+        ]
         self._spawn("munged", argv)
         deadline = time.monotonic() + 10
         while not sock.exists():
@@ -552,9 +560,13 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         log = open(self._wd / "log" / f"{name}.stdout", "ab")  # noqa: SIM115
         env = _clean_env({"SLURM_CONF": str(self.slurm_conf), "TMPDIR": str(self._wd / "tmp")})
         p = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,
-        )  # fmt: skip
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         log.close()
         self._children.append(p)
         self.state["pids"][name] = p.pid
@@ -563,9 +575,18 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
     def _in_ns(self, ns: str, hostname: str, argv: Sequence[str]) -> list[str]:
         """argv that runs ``argv`` in netns ``ns`` with its own UTS hostname (all exec())."""
         return [
-            "ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c",
-            'hostname "$0" && exec "$@"', hostname, *argv,
-        ]  # fmt: skip
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname "$0" && exec "$@"',
+            hostname,
+            *argv,
+        ]
 
     def _start_daemons(self) -> None:
         conf = str(self.slurm_conf)
@@ -750,23 +771,36 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         On timeout the command's process group is killed and ``timed_out`` is set.
         """
         env = _clean_env(
-            {"SLURM_CONF": str(self.slurm_conf), "TMPDIR": str(self._wd / "tmp" / "ctl"),
-             **(env or {})}
-        )  # fmt: skip
+            {
+                "SLURM_CONF": str(self.slurm_conf),
+                "TMPDIR": str(self._wd / "tmp" / "ctl"),
+                **(env or {}),
+            }
+        )
         full = self._in_ns(self.ctl_ns, "ctl", argv)
         t0 = time.monotonic()
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             p = subprocess.Popen(
-                full, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                start_new_session=True, text=True,
-            )  # fmt: skip
+                full,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+                text=True,
+            )
             [to] = self._wait([("login", p, list(argv))], timeout)
             out.seek(0)
             err.seek(0)
             return Result(
-                argv, p.returncode, out.read(), err.read(),
-                name="login", elapsed=time.monotonic() - t0, timed_out=to,
-            )  # fmt: skip
+                argv,
+                p.returncode,
+                out.read(),
+                err.read(),
+                name="login",
+                elapsed=time.monotonic() - t0,
+                timed_out=to,
+            )
 
     def srun(
         self,
@@ -822,9 +856,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             r = self.login(["scontrol", "-o", "show", "job", jobid], timeout=30)
-            fields = dict(
-                kv.split("=", 1) for kv in r.stdout.split() if "=" in kv
-            )
+            fields = dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
             state = fields.get("JobState", "")
             if state and state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
                 code = fields.get("ExitCode", "0:0").split(":")[0]
@@ -851,9 +883,14 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         full_env = _clean_env({"TMPDIR": str(self.node_tmpdir(i)), **(env or {})})
         p = subprocess.Popen(
             self._in_ns(self.node_ns(i), f"node{i}", argv),
-            stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=full_env,
-            cwd=cwd, start_new_session=True, text=True,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+            text=True,
+        )
         self._children.append(p)
         return p
 
@@ -890,9 +927,16 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
             out.seek(0)
             err.seek(0)
             results.append(
-                Result(argv, p.returncode, out.read(), err.read(),
-                       name=name, elapsed=elapsed, timed_out=to)
-            )  # fmt: skip
+                Result(
+                    argv,
+                    p.returncode,
+                    out.read(),
+                    err.read(),
+                    name=name,
+                    elapsed=elapsed,
+                    timed_out=to,
+                )
+            )
             out.close()
             err.close()
         return results
@@ -920,8 +964,9 @@ def free_prefix(base: str = "trj") -> str:
         routes = _ip("-4", "route", "show", "type", "unreachable", check=False).stdout
         if not Path(f"/run/netns/{p}ctl").exists() and metric not in routes.replace("\n", " "):
             return p
-        owners = [json.loads((w / STATE_FILE).read_text()).get("owner_pid") for w in
-                  Cluster.find(p)]
+        owners = [
+            json.loads((w / STATE_FILE).read_text()).get("owner_pid") for w in Cluster.find(p)
+        ]
         if owners and all(o is not None and not pid_alive(o) for o in owners):
             return p
     raise ClusterError(f"no free cluster prefix for {base!r}")
@@ -937,13 +982,16 @@ def discover(prefix: str) -> Cluster:
     links = [n for n in os.listdir("/sys/class/net") if link_re.match(n)]
     metric = route_metric(prefix)
     c.state = {
-        "prefix": prefix, "workdir": str(c.workdir), "own_workdir": True, "metric": metric,
-        "netns": nss, "links": links, "pids": {},
+        "prefix": prefix,
+        "workdir": str(c.workdir),
+        "own_workdir": True,
+        "metric": metric,
+        "netns": nss,
+        "links": links,
+        "pids": {},
         "etc_netns": [f"/etc/netns/{n}" for n in nss],
-        "routes": [
-            ["-6" if ":" in net else "-4", net, metric] for net in SUBNETS
-        ],
-    }  # fmt: skip
+        "routes": [["-6" if ":" in net else "-4", net, metric] for net in SUBNETS],
+    }
     return c
 
 
@@ -957,18 +1005,27 @@ def _pick(args: argparse.Namespace) -> list[Cluster]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m tests.cluster.harness up|down|status|run``."""
-    ap = argparse.ArgumentParser(prog="python -m tests.cluster.harness", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.cluster.harness",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="bring a cluster up and leave it running")
     p_up.add_argument("-n", "--nodes", type=int, default=4)
     p_up.add_argument("--auth", choices=("none", "munge"), default="none")
     p_up.add_argument("--python", default=sys.executable, help="interpreter for the nodes")
-    for p in (p_up, *(sub.add_parser(n, help=h) for n, h in (
-        ("down", "tear down (by state file, or by name if none is found)"),
-        ("status", "show clusters and their nodes"),
-        ("run", "run a command on the login node (default) or on --node I"),
-    ))):  # fmt: skip
+    for p in (
+        p_up,
+        *(
+            sub.add_parser(n, help=h)
+            for n, h in (
+                ("down", "tear down (by state file, or by name if none is found)"),
+                ("status", "show clusters and their nodes"),
+                ("run", "run a command on the login node (default) or on --node I"),
+            )
+        ),
+    ):
         p.add_argument("--prefix", default=None if p is not p_up else "trj")
         p.add_argument("--workdir", help="cluster workdir (default: search /tmp)")
     sub.choices["run"].add_argument("--node", type=int, help="run on this node, without Slurm")
@@ -983,10 +1040,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         wd = Path(args.workdir) if args.workdir else None
         c = Cluster(args.nodes, args.prefix, wd, Path(args.python), args.auth)
         c.up(guard=False)
-        print(f"cluster {c.prefix} up in {c.state['up_seconds']} s: {c.nodes} nodes, "
-              f"workdir {c.workdir}")
-        print(f"  python -m tests.cluster.harness run --prefix {c.prefix} -- srun -N{c.nodes} "
-              "hostname")
+        print(
+            f"cluster {c.prefix} up in {c.state['up_seconds']} s: {c.nodes} nodes, "
+            f"workdir {c.workdir}"
+        )
+        print(
+            f"  python -m tests.cluster.harness run --prefix {c.prefix} -- srun -N{c.nodes} "
+            "hostname"
+        )
         print(f"  python -m tests.cluster.harness down --prefix {c.prefix}")
         return 0
     clusters = _pick(args)
@@ -1003,8 +1064,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.cmd == "status":
         for c in clusters:
             st = c.state
-            print(f"{c.prefix}: {c.nodes} nodes, workdir {c.workdir}, owner pid "
-                  f"{st.get('owner_pid')}, processes {len(c.pids())}")
+            print(
+                f"{c.prefix}: {c.nodes} nodes, workdir {c.workdir}, owner pid "
+                f"{st.get('owner_pid')}, processes {len(c.pids())}"
+            )
             print(c.login(["sinfo", "-N"], timeout=20).output.rstrip())
         return 0
     if len(clusters) > 1:

@@ -66,9 +66,7 @@ def outputs_by_node(outputs: Outputs) -> dict[str, str]:
         return dict(outputs)
     if isinstance(outputs, Result):
         by_task = split_labeled(outputs.output)
-        unlabeled = "\n".join(
-            ln for ln in outputs.output.splitlines() if not split_labeled(ln)
-        )
+        unlabeled = "\n".join(ln for ln in outputs.output.splitlines() if not split_labeled(ln))
         named = {f"task{k}": v for k, v in by_task.items()}
         if unlabeled.strip():
             named[outputs.name] = unlabeled
@@ -80,8 +78,10 @@ def describe(outputs: Outputs, lines: int = 25) -> str:
     """Return codes and the tail of each node's output, for assertion messages."""
     parts = []
     if isinstance(outputs, Result):
-        parts.append(f"{outputs.name}: rc={outputs.returncode} timed_out={outputs.timed_out} "
-                     f"elapsed={outputs.elapsed:.1f}s")
+        parts.append(
+            f"{outputs.name}: rc={outputs.returncode} timed_out={outputs.timed_out} "
+            f"elapsed={outputs.elapsed:.1f}s"
+        )
     elif not isinstance(outputs, Mapping):
         parts += [f"{r.name}: rc={r.returncode} timed_out={r.timed_out}" for r in outputs]
     for name, text in outputs_by_node(outputs).items():
@@ -130,8 +130,9 @@ def assert_training_ok(
     return results
 
 
-def assert_failed(outputs: Union[Result, Sequence[Result]], expect_text: str,
-                  min_count: int = 1) -> None:
+def assert_failed(
+    outputs: Union[Result, Sequence[Result]], expect_text: str, min_count: int = 1
+) -> None:
     """Assert a failed run: some non-zero exit and ``expect_text`` in >= min_count outputs."""
     codes = returncodes(outputs)
     ctx = "\n" + describe(outputs)
@@ -154,10 +155,18 @@ def torchrun_argv(
     Use ``module="torchrun_jsc"`` for the project's launcher.
     """
     return [
-        str(python), "-m", module, f"--nnodes={nnodes}", "--nproc_per_node=1",
-        "--rdzv_backend=c10d", "--rdzv_id=1", f"--rdzv_endpoint={endpoint}",
-        f"--rdzv_conf={rdzv_conf}", *extra, str(script),
-    ]  # fmt: skip
+        str(python),
+        "-m",
+        module,
+        f"--nnodes={nnodes}",
+        "--nproc_per_node=1",
+        "--rdzv_backend=c10d",
+        "--rdzv_id=1",
+        f"--rdzv_endpoint={endpoint}",
+        f"--rdzv_conf={rdzv_conf}",
+        *extra,
+        str(script),
+    ]
 
 
 _SUBST = (

@@ -86,8 +86,10 @@ def test_guard_two_tasks_per_node(main_cluster: Cluster) -> None:
     tasks = split_labeled(r.output)
     assert sorted(tasks) == [0, 1, 2, 3]
     for out in tasks.values():
-        assert "torchrun_jsc: error: 2 Slurm tasks on this node would each start a torchrun " \
-               "agent; start one task per node (srun --ntasks-per-node=1)" in out
+        assert (
+            "torchrun_jsc: error: 2 Slurm tasks on this node would each start a torchrun "
+            "agent; start one task per node (srun --ntasks-per-node=1)" in out
+        )
     assert not parse_results(r.output)
 
 

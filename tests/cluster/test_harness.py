@@ -40,9 +40,7 @@ def test_srun_runs_one_task_per_node(cluster: Cluster) -> None:
     r = cluster.srun(["bash", "-c", 'echo "$(hostname) $SLURM_NODEID $SLURM_JOB_NODELIST $TMPDIR"'])
     assert r.returncode == 0, describe(r)
     lines = sorted(split_labeled(r.stdout).values())
-    expect = [
-        f"node{i} {i} node[0-3] {cluster.node_tmpdir(i)}" for i in range(cluster.nodes)
-    ]
+    expect = [f"node{i} {i} node[0-3] {cluster.node_tmpdir(i)}" for i in range(cluster.nodes)]
     assert lines == expect, describe(r)
 
 
@@ -114,10 +112,12 @@ def test_plain_torchrun_fails_with_ib_endpoint(cluster: Cluster) -> None:
 
 def test_hand_fixed_torchrun_succeeds_via_srun(cluster: Cluster) -> None:
     argv = torchrun_argv(
-        cluster.python, 4, "node0i:29500",
+        cluster.python,
+        4,
+        "node0i:29500",
         rdzv_conf="is_host=@IS_FIRST@,join_timeout=60,read_timeout=60",
         extra=["--local_addr=@HOSTNAME@i"],
-    )  # fmt: skip
+    )
     r = cluster.srun(on_each_node(argv), env={"GLOO_SOCKET_IFNAME": "ib"}, timeout=180)
     assert_training_ok(cluster, r, world=4, master_addr="node0i")
     for i in range(4):  # torchrun's /tmp/torchelastic_* dirs land in the node's TMPDIR
@@ -128,12 +128,14 @@ def test_hand_fixed_torchrun_succeeds_without_slurm(cluster: Cluster) -> None:
     """Same fix through run_on_nodes: the pattern launcher scenarios use."""
     argvs = [
         torchrun_argv(
-            cluster.python, 4, "node0i:29500",
+            cluster.python,
+            4,
+            "node0i:29500",
             rdzv_conf=f"is_host={int(i == 0)},join_timeout=60,read_timeout=60",
             extra=[f"--local_addr=node{i}i"],
         )
         for i in range(4)
-    ]  # fmt: skip
+    ]
     envs = [{"GLOO_SOCKET_IFNAME": "ib"}] * 4
     res = cluster.run_on_nodes(argvs, envs, timeout=180)
     assert_training_ok(cluster, res, world=4, master_addr="node0i")
@@ -183,10 +185,19 @@ def test_teardown_leaves_nothing(how: str) -> None:
             state = json.loads((c.workdir / "state.json").read_text())  # type: ignore[operator]
             assert {"routes", "netns", "links", "pids", "etc_netns"} <= set(state)
             subprocess.run(
-                [sys.executable, "-m", "tests.cluster.harness", "down",
-                 "--workdir", str(c.workdir)],
-                cwd=REPO, check=True, capture_output=True, timeout=60,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.cluster.harness",
+                    "down",
+                    "--workdir",
+                    str(c.workdir),
+                ],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
             assert not _leftovers(c, pids, before_tmp)
     leftover.wait(5)
     assert not _leftovers(c, pids, before_tmp)
@@ -207,8 +218,13 @@ time.sleep(120)
 def test_teardown_on_signal(sig: int) -> None:
     before_tmp = set(os.listdir(tempfile.gettempdir()))
     prefix = free_prefix("trjs")
-    p = subprocess.Popen([sys.executable, "-c", _HOLD, prefix], cwd=REPO, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, prefix],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert p.stdout is not None
     line = p.stdout.readline().split()
     assert line, p.communicate(timeout=30)
@@ -226,8 +242,10 @@ def test_sixteen_nodes(make_cluster) -> None:  # type: ignore[no-untyped-def]
     up = time.monotonic() - t0
     r = c.srun(["bash", "-c", 'echo "$(hostname) $SLURM_NODEID $(getent hosts $(hostname)i6)"'])
     assert r.returncode == 0, describe(r)
-    lines = sorted((" ".join(v.split()) for v in split_labeled(r.stdout).values()),
-                   key=lambda s: int(s.split()[1]))
+    lines = sorted(
+        (" ".join(v.split()) for v in split_labeled(r.stdout).values()),
+        key=lambda s: int(s.split()[1]),
+    )
     assert lines == [f"node{i} {i} fd00:78::{10 + i} node{i}i6" for i in range(16)], describe(r)
     print(f"16 nodes up in {up:.1f}s, srun -N16 {r.elapsed:.1f}s")
     c.down()

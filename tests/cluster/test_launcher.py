@@ -32,18 +32,35 @@ OK_CONF = "join_timeout=60,read_timeout=60"
 FAIL_CONF = "join_timeout=8,read_timeout=8"
 
 
-def jsc(cluster: Cluster, endpoint: str = "node0i:29500", conf: str = OK_CONF,
-        nnodes: int = 4, extra: tuple[str, ...] = ()) -> List[str]:
+def jsc(
+    cluster: Cluster,
+    endpoint: str = "node0i:29500",
+    conf: str = OK_CONF,
+    nnodes: int = 4,
+    extra: tuple[str, ...] = (),
+) -> List[str]:
     """The JSC course invocation, space-separated spellings included."""
     return [
-        str(cluster.python), "-m", "torchrun_jsc", f"--nnodes={nnodes}",
-        "--rdzv_backend", "c10d", "--nproc_per_node=1", "--rdzv_id", "7",
-        f"--rdzv_endpoint={endpoint}", "--rdzv_conf", conf, *extra, str(TRAIN),
-    ]  # fmt: skip
+        str(cluster.python),
+        "-m",
+        "torchrun_jsc",
+        f"--nnodes={nnodes}",
+        "--rdzv_backend",
+        "c10d",
+        "--nproc_per_node=1",
+        "--rdzv_id",
+        "7",
+        f"--rdzv_endpoint={endpoint}",
+        "--rdzv_conf",
+        conf,
+        *extra,
+        str(TRAIN),
+    ]
 
 
-def srun(cluster: Cluster, argv: List[str], env: Optional[Dict[str, str]] = None,
-         timeout: float = 150) -> Result:
+def srun(
+    cluster: Cluster, argv: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 150
+) -> Result:
     return cluster.srun(argv, env=env, timeout=timeout)
 
 
@@ -85,8 +102,11 @@ def test_settings(jsc_cluster: Cluster, env: Dict[str, str]) -> None:
 
 def test_store_host_on_node_2(jsc_cluster: Cluster) -> None:
     """The store lives on node2 while group rank 0 (smallest address) is node0."""
-    r = srun(jsc_cluster, jsc(jsc_cluster, endpoint="node2i:29500"),
-             env={"TORCHRUN_JSC_HOST_NODE_RANK": "2"})
+    r = srun(
+        jsc_cluster,
+        jsc(jsc_cluster, endpoint="node2i:29500"),
+        env={"TORCHRUN_JSC_HOST_NODE_RANK": "2"},
+    )
     results = assert_training_ok(jsc_cluster, r, world=4)
     assert results[0].master_addr == ib_ip(0), describe(r)
 
@@ -100,8 +120,10 @@ def test_ipv6_endpoint(jsc_cluster: Cluster) -> None:
 @pytest.mark.parametrize("with_rank", [False, True], ids=["by-address", "node-rank"])
 def test_without_slurm(jsc_cluster: Cluster, with_rank: bool) -> None:
     argv = jsc(jsc_cluster, endpoint="node1i:29500")
-    envs = [{"TORCHRUN_JSC_NODE_RANK": str(i), "TORCHRUN_JSC_HOST_NODE_RANK": "1"}
-            if with_rank else {} for i in range(4)]
+    envs = [
+        {"TORCHRUN_JSC_NODE_RANK": str(i), "TORCHRUN_JSC_HOST_NODE_RANK": "1"} if with_rank else {}
+        for i in range(4)
+    ]
     results = jsc_cluster.run_on_nodes([argv] * 4, envs, timeout=150)
     assert_training_ok(jsc_cluster, results, world=4, master_addr=ib_ip(0))
 
@@ -109,8 +131,9 @@ def test_without_slurm(jsc_cluster: Cluster, with_rank: bool) -> None:
 def test_two_agents_on_one_node_with_a_name_torch_rejects(jsc_cluster: Cluster) -> None:
     """Endpoint node0i: torch's matcher says no on node0 (its hostname is node0)."""
     argv = jsc(jsc_cluster, nnodes=2)
-    procs = [jsc_cluster.node_exec(0, argv, env={"TORCHRUN_JSC_NODE_RANK": str(i)})
-             for i in range(2)]
+    procs = [
+        jsc_cluster.node_exec(0, argv, env={"TORCHRUN_JSC_NODE_RANK": str(i)}) for i in range(2)
+    ]
     outs = [p.communicate(timeout=150) for p in procs]
     text = "\n".join(o + e for o, e in outs)
     codes = [p.returncode for p in procs]
@@ -134,8 +157,11 @@ def test_two_agents_on_one_node_plain_torchrun_fails(jsc_cluster: Cluster) -> No
 def test_worker_crash_once_restarts(jsc_cluster: Cluster) -> None:
     marker = jsc_cluster.workdir / "crash-once"  # type: ignore[operator]
     marker.unlink(missing_ok=True)
-    r = srun(jsc_cluster, jsc(jsc_cluster, extra=("--max_restarts=1",)),
-             env={"TRJSC_CRASH_ONCE_FILE": str(marker)})
+    r = srun(
+        jsc_cluster,
+        jsc(jsc_cluster, extra=("--max_restarts=1",)),
+        env={"TRJSC_CRASH_ONCE_FILE": str(marker)},
+    )
     assert marker.exists(), describe(r)
     assert "TRJSC_CRASH" in all_text(r), describe(r)
     results = assert_training_ok(jsc_cluster, r, world=4)
@@ -145,7 +171,7 @@ def test_worker_crash_once_restarts(jsc_cluster: Cluster) -> None:
 
 def test_non_host_node_killed_during_training(jsc_cluster: Cluster) -> None:
     version = torch_label(jsc_cluster.python)
-    major_minor = tuple(int(x) for x in version[len("torch"):].split(".")[:2] if x.isdigit())
+    major_minor = tuple(int(x) for x in version[len("torch") :].split(".")[:2] if x.isdigit())
     # torch < 2.1 agents run their exit barrier also after a failure: they wait for the dead
     # peer for exit_barrier_timeout=300 s (not settable from torchrun) before exiting non-zero
     barrier = 300 if major_minor < (2, 1) else 0
@@ -191,8 +217,9 @@ def _kill_node(cluster: Cluster, i: int) -> None:
     """SIGKILL the job's processes in node ``i``'s namespace (the node's agent and worker die;
     its slurmd is spared so that later scenarios still have four nodes)."""
     daemons = set(cluster.state.get("pids", {}).values())
-    listed = subprocess.run(["ip", "netns", "pids", cluster.node_ns(i)], capture_output=True,
-                            text=True, check=True)
+    listed = subprocess.run(
+        ["ip", "netns", "pids", cluster.node_ns(i)], capture_output=True, text=True, check=True
+    )
     victims = [int(p) for p in listed.stdout.split() if int(p) not in daemons]
     assert victims, "nothing to kill on the node"
     for pid in victims:
@@ -204,7 +231,9 @@ def test_host_node_missing_fails_in_bounded_time(jsc_cluster: Cluster) -> None:
     argv = jsc(jsc_cluster, conf=FAIL_CONF)
     started = time.monotonic()
     results = jsc_cluster.run_on_nodes(
-        [argv] * 3, [{"TORCHRUN_JSC_NODE_RANK": str(i)} for i in (1, 2, 3)], nodes=[1, 2, 3],
+        [argv] * 3,
+        [{"TORCHRUN_JSC_NODE_RANK": str(i)} for i in (1, 2, 3)],
+        nodes=[1, 2, 3],
         timeout=120,
     )
     elapsed = time.monotonic() - started

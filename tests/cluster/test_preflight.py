@@ -23,10 +23,17 @@ BOUND = 10 + 20
 
 def jsc(cluster: Cluster, endpoint: str = "node0i:29500") -> List[str]:
     return [
-        str(cluster.python), "-m", "torchrun_jsc", "--nnodes=4", "--nproc_per_node=1",
-        "--rdzv_backend=c10d", "--rdzv_id=7", f"--rdzv_endpoint={endpoint}",
-        "--rdzv_conf=join_timeout=60,read_timeout=60", str(TRAIN),
-    ]  # fmt: skip
+        str(cluster.python),
+        "-m",
+        "torchrun_jsc",
+        "--nnodes=4",
+        "--nproc_per_node=1",
+        "--rdzv_backend=c10d",
+        "--rdzv_id=7",
+        f"--rdzv_endpoint={endpoint}",
+        "--rdzv_conf=join_timeout=60,read_timeout=60",
+        str(TRAIN),
+    ]
 
 
 def lines_of(text: str) -> List[str]:
@@ -63,8 +70,11 @@ def test_good_job_ok_in_seconds(jsc_cluster: Cluster) -> None:
 def test_good_job_with_slurm_auto_configuration(main_cluster: Cluster) -> None:
     """The README's shortest script: the preflight checks the auto-configured endpoint."""
     argv = [str(main_cluster.python), "-m", "torchrun_jsc", str(TRAIN)]
-    env = {"TORCHRUN_JSC_PREFLIGHT": "1", "TORCHRUN_JSC_SLURM_AUTO": "1",
-           "TORCHRUN_JSC_HOST_SUFFIX": "i"}
+    env = {
+        "TORCHRUN_JSC_PREFLIGHT": "1",
+        "TORCHRUN_JSC_SLURM_AUTO": "1",
+        "TORCHRUN_JSC_HOST_SUFFIX": "i",
+    }
     r = main_cluster.srun(argv, env=env, timeout=60)
     ctx = "\n" + describe(r)
     assert r.returncode == 0 and not r.timed_out, ctx

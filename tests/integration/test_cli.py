@@ -17,13 +17,20 @@ HERE = Path(__file__).parent
 WORKLOAD = str(HERE / "allreduce.py")
 
 
-def run(args: list[str], env: Optional[Dict[str, str]] = None, timeout: float = 120
-        ) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items()
-            if not k.startswith(("TORCHRUN_JSC_", "PET_", "SLURM_"))}
+def run(
+    args: list[str], env: Optional[Dict[str, str]] = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    full = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_", "SLURM_"))
+    }
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "torchrun_jsc", *args], env=full,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "torchrun_jsc", *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_standalone_two_workers_all_reduce() -> None:
@@ -57,29 +64,52 @@ def test_usage_error_is_torchruns() -> None:
 
 
 BAD = [
-    ({"TORCHRUN_JSC_PREFER_ARG_PATCHING": "yes"}, [],
-     "TORCHRUN_JSC_PREFER_ARG_PATCHING='yes' is not valid; accepted: 0 or 1"),
-    ({"TORCHRUN_JSC_NODE_RANK": "abc"}, [],
-     "TORCHRUN_JSC_NODE_RANK='abc' is not valid; accepted: an integer >= 0"),
-    ({"TORCHRUN_JSC_NODE_RANK": "-2"}, [],
-     "TORCHRUN_JSC_NODE_RANK='-2' is not valid; accepted: an integer >= 0"),
-    ({}, ["--rdzv_conf=is_host=maybe"],
-     "--rdzv_conf is_host='maybe' is not valid; accepted: 1/0, true/false, t/f, yes/no, y/n"),
-    ({"TORCHRUN_JSC_RESOLVE_TIMEOUT": "1"}, ["--rdzv_endpoint=no-such-host.invalid:29500"],
-     "--rdzv_endpoint host 'no-such-host.invalid' does not resolve on"),
+    (
+        {"TORCHRUN_JSC_PREFER_ARG_PATCHING": "yes"},
+        [],
+        "TORCHRUN_JSC_PREFER_ARG_PATCHING='yes' is not valid; accepted: 0 or 1",
+    ),
+    (
+        {"TORCHRUN_JSC_NODE_RANK": "abc"},
+        [],
+        "TORCHRUN_JSC_NODE_RANK='abc' is not valid; accepted: an integer >= 0",
+    ),
+    (
+        {"TORCHRUN_JSC_NODE_RANK": "-2"},
+        [],
+        "TORCHRUN_JSC_NODE_RANK='-2' is not valid; accepted: an integer >= 0",
+    ),
+    (
+        {},
+        ["--rdzv_conf=is_host=maybe"],
+        "--rdzv_conf is_host='maybe' is not valid; accepted: 1/0, true/false, t/f, yes/no, y/n",
+    ),
+    (
+        {"TORCHRUN_JSC_RESOLVE_TIMEOUT": "1"},
+        ["--rdzv_endpoint=no-such-host.invalid:29500"],
+        "--rdzv_endpoint host 'no-such-host.invalid' does not resolve on",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("env", "extra", "message"), BAD,
-                         ids=["arg-patching", "rank-abc", "rank-negative", "is-host", "resolve"])
+@pytest.mark.parametrize(
+    ("env", "extra", "message"),
+    BAD,
+    ids=["arg-patching", "rank-abc", "rank-negative", "is-host", "resolve"],
+)
 def test_bad_input_one_line_exit_2_nothing_launched(
     tmp_path: Path, env: Dict[str, str], extra: list[str], message: str
 ) -> None:
     marker = tmp_path / "launched"
     script = tmp_path / "mark.py"
     script.write_text(f"open({str(marker)!r}, 'w').close()\n")
-    args = ["--nnodes=1", "--rdzv_backend=c10d", "--rdzv_endpoint=node0i.invalid:29500",
-            *extra, str(script)]
+    args = [
+        "--nnodes=1",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=node0i.invalid:29500",
+        *extra,
+        str(script),
+    ]
     out = run(args, env=env, timeout=60)
     assert out.returncode == 2
     ours = [ln for ln in out.stderr.splitlines() if ln.startswith("torchrun_jsc")]
@@ -91,8 +121,10 @@ def test_bad_input_one_line_exit_2_nothing_launched(
 
 
 def test_explain_json_without_launching(tmp_path: Path) -> None:
-    out = run(["--nnodes=2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:29500",
-               "train.py"], env={"TORCHRUN_JSC_EXPLAIN": "json"})
+    out = run(
+        ["--nnodes=2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:29500", "train.py"],
+        env={"TORCHRUN_JSC_EXPLAIN": "json"},
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["verdict"] == "ok"
@@ -101,8 +133,10 @@ def test_explain_json_without_launching(tmp_path: Path) -> None:
 
 
 def test_explain_predicts_failure_with_nonzero_exit() -> None:
-    out = run(["--rdzv_backend=c10d", "--rdzv_endpoint=192.0.2.250:29500", "train.py"],
-              env={"TORCHRUN_JSC_EXPLAIN": "text", "TORCHRUN_JSC_NODE_RANK": "0"})
+    out = run(
+        ["--rdzv_backend=c10d", "--rdzv_endpoint=192.0.2.250:29500", "train.py"],
+        env={"TORCHRUN_JSC_EXPLAIN": "text", "TORCHRUN_JSC_NODE_RANK": "0"},
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "WILL FAIL: this node would host the rendezvous store" in out.stdout
     assert "verdict: fail" in out.stdout
@@ -114,8 +148,7 @@ def test_apply_fixes_as_a_library() -> None:
         "sys.argv = ['x', '--rdzv_backend=c10d', '--rdzv_endpoint=localhost:1', 't.py']\n"
         "print(torchrun_jsc.apply_fixes(strict=True), torchrun_jsc.__version__, sys.argv)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     ok, version, argv = out.stdout.split(" ", 2)
     assert ok == "True"

@@ -49,9 +49,15 @@ def test_sets_environment_and_logs_one_info_line(records: Records) -> None:
 
 def test_declined_patch_and_predicted_failure_are_warned(records: Records) -> None:
     plan = make_plan(
-        ARGV, {"SLURM_NODEID": "1", "TORCHRUN_JSC_PREFER_OLD_SOLUTION": "1",
-               "GLOO_SOCKET_IFNAME": "mgmt"}, "2.4.1", node(1),
-    )  # fmt: skip
+        ARGV,
+        {
+            "SLURM_NODEID": "1",
+            "TORCHRUN_JSC_PREFER_OLD_SOLUTION": "1",
+            "GLOO_SOCKET_IFNAME": "mgmt",
+        },
+        "2.4.1",
+        node(1),
+    )
     warnings = carry_out(plan, {})
     assert warnings == [
         "patch store_info_build skipped: torch.distributed.elastic.rendezvous.api."

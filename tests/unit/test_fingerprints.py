@@ -8,34 +8,34 @@ its recorded fingerprint.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
+from torchrun_jsc import patches
 from torchrun_jsc.patches import _common
 from torchrun_jsc.versions import (
     PATCH_HOST_MATCHER,
-    PATCH_KEEP_RENDEZVOUS,
-    PATCH_STD_FROM_STR,
+    TESTED_RELEASES,
     TorchVersion,
+    bugs_for,
     strategy_for,
 )
 
 DATA = json.loads((Path(__file__).parent / "data" / "fingerprints.json").read_text())
 
 
-def used_patches(version: TorchVersion) -> List[str]:
+def python_of(entry: Dict[str, Any]) -> Tuple[int, int]:
+    major, minor = entry["python_version"].split(".")[:2]
+    return int(major), int(minor)
+
+
+def used_patches(version: TorchVersion, python: Tuple[int, int]) -> List[str]:
     """Every patch some setting can make torchrun_jsc install on ``version``."""
-    strategy = strategy_for(version)
-    names = [PATCH_HOST_MATCHER, strategy.advertise_patch]
-    if version.key < (2, 0):
-        names.append(PATCH_STD_FROM_STR)
-    if strategy.restart_closes_rendezvous:
-        names.append(PATCH_KEEP_RENDEZVOUS)
+    names = [PATCH_HOST_MATCHER, strategy_for(version).advertise_patch]
+    names += [bug.patch for bug in bugs_for(version, python) if bug.patch is not None]
     return names
 
 
@@ -48,55 +48,57 @@ def fingerprint(entry: Dict[str, Any], module: str, target: str) -> Optional[Tup
     return ("cls", *names) if found["kind"] == "classmethod" else names
 
 
-def targets(name: str) -> List[Tuple[str, str, Tuple[Tuple[str, ...], ...]]]:
-    module = importlib.import_module(f"torchrun_jsc.patches.{name}")
-    checks = getattr(module, "CHECKS", None)
-    if checks:
-        return [(m, t, tuple(tuple(a) for a in acc)) for m, t, acc in checks]
-    modules = getattr(module, "MODULES", None) or (module.MODULE,)
-    return [(m, module.TARGET, tuple(tuple(a) for a in module.ACCEPTED)) for m in modules]
-
-
 CASES = [
     (key, name)
     for key, entry in DATA.items()
-    for name in used_patches(TorchVersion.parse(entry["torch_version"]))
+    for name in used_patches(TorchVersion.parse(entry["torch_version"]), python_of(entry))
 ]
 
 
-def test_every_matrix_release_is_recorded() -> None:
-    for release in ("1.13.1", "2.0.1", "2.4.1", "2.5.1", "2.6.0", "2.13.0", "2.15.0"):
-        assert release in DATA
+def test_every_tested_release_is_recorded() -> None:
+    assert sorted(TESTED_RELEASES) == sorted(k for k in DATA if not k.startswith("debian"))
 
 
 @pytest.mark.parametrize(("key", "patch"), CASES, ids=[f"{k}-{p}" for k, p in CASES])
 def test_patch_accepts_the_recorded_signature(key: str, patch: str) -> None:
-    for module, target, accepted in targets(patch):
-        found = fingerprint(DATA[key], module, target)
-        assert found is not None, f"torch {key}: {module}.{target} does not exist"
-        assert found in accepted, (
-            f"torch {key}: {module}.{target} has parameters {found}; patch {patch} accepts "
-            f"{accepted}"
+    for check in patches.checks_of(patch):
+        found = fingerprint(DATA[key], check.module, check.target)
+        assert found is not None, f"torch {key}: {check.module}.{check.target} does not exist"
+        assert found in check.accepted, (
+            f"torch {key}: {check.module}.{check.target} has parameters {found}; patch {patch} "
+            f"accepts {check.accepted}"
         )
 
 
 def test_installed_torch_matches_its_fingerprint() -> None:
     torch = pytest.importorskip("torch")
+    import sys
+
     version = TorchVersion.parse(torch.__version__)
     key = next((k for k, e in DATA.items() if e["torch_version"] == torch.__version__), None)
-    if key is None:
-        pytest.skip(f"no fingerprint recorded for torch {torch.__version__}")
+    assert key is not None, f"no fingerprint recorded for the installed torch {torch.__version__}"
     checked = 0
-    for patch in used_patches(version):
-        for module, target, _ in targets(patch):
-            _, _, raw = _common.find(module, target)
+    for patch in used_patches(version, sys.version_info[:2]):
+        for check in patches.checks_of(patch):
+            _, _, raw = _common.find(check.module, check.target)
             live = _common.parameters(raw)
-            assert fingerprint(DATA[key], module, target) == live, f"{module}.{target}"
+            assert fingerprint(DATA[key], check.module, check.target) == live, check
             checked += 1
     assert checked >= 3
 
 
-def test_fingerprints_are_facts_not_code() -> None:
-    text = json.dumps(DATA)
-    assert "def " not in text and "return " not in text
-    assert inspect.isfunction(used_patches)
+def test_fingerprints_hold_no_source_text() -> None:
+    """Facts only: no value of any recorded target is a line of code."""
+
+    def strings(value: object) -> List[str]:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, dict):
+            return [s for v in value.values() for s in strings(v)]
+        if isinstance(value, list):
+            return [s for v in value for s in strings(v)]
+        return []
+
+    texts = strings(DATA)
+    assert texts, "the data file is not empty"
+    assert not [t for t in texts if "\n" in t or t.lstrip().startswith(("def ", "return "))]

@@ -300,15 +300,27 @@ def test_torch_1_x_on_python_3_11_gets_the_std_fix_even_when_untouched() -> None
 
 @pytest.mark.parametrize(
     "argv",
-    [["--standalone", *SCRIPT], ["--nnodes=4", "--rdzv_backend=c10d",
-                                 "--rdzv_endpoint=node0i:29500", "--max_restarts=1", *SCRIPT]],
-)  # fmt: skip
+    [
+        ["--standalone", *SCRIPT],
+        [
+            "--nnodes=4",
+            "--rdzv_backend=c10d",
+            "--rdzv_endpoint=node0i:29500",
+            "--max_restarts=1",
+            *SCRIPT,
+        ],
+    ],
+)
 @pytest.mark.parametrize("version", ["2.2.2", "2.3.0", "2.3.1", "2.4.1"])
 def test_torch_2_3_keeps_the_rendezvous_open_on_restarts(argv: list[str], version: str) -> None:
     p = plan(argv, env={"SLURM_NODEID": "1"}, version=version, facts=node(1))
     assert ("keep_rendezvous" in patch_names(p)) is version.startswith("2.3.")
-    off = plan(argv, env={"SLURM_NODEID": "1", "TORCHRUN_JSC_FIX_TORCH_BUGS": "0"},
-               version=version, facts=node(1))
+    off = plan(
+        argv,
+        env={"SLURM_NODEID": "1", "TORCHRUN_JSC_FIX_TORCH_BUGS": "0"},
+        version=version,
+        facts=node(1),
+    )
     assert "keep_rendezvous" not in patch_names(off)
     assert any("RendezvousClosedError" in w for w in off.warnings) is version.startswith("2.3.")
 
@@ -536,11 +548,17 @@ def test_summary_names_every_change() -> None:
 
 
 def test_torch_2_5_shared_store_opt_out_respects_the_user() -> None:
-    given = plan(env={"SLURM_NODEID": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"},
-                 version="2.5.1", facts=node(1))
+    given = plan(
+        env={"SLURM_NODEID": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"},
+        version="2.5.1",
+        facts=node(1),
+    )
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in dict(given.env)
-    off = plan(env={"SLURM_NODEID": "1", "TORCHRUN_JSC_FIX_TORCH_BUGS": "0"},
-               version="2.5.1", facts=node(1))
+    off = plan(
+        env={"SLURM_NODEID": "1", "TORCHRUN_JSC_FIX_TORCH_BUGS": "0"},
+        version="2.5.1",
+        facts=node(1),
+    )
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in dict(off.env)
     assert any("cannot restart workers" in w for w in off.warnings)
     untouched = plan(["--standalone", *SCRIPT], version="2.5.1")

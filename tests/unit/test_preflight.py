@@ -231,8 +231,16 @@ def test_render_table() -> None:
     text = render_table(members, ["node3"], EP)
     lines = text.splitlines()
     assert lines[0] == f"preflight: endpoint {EP}, 4 nodes"
-    assert lines[1].split() == ["node", "rank", "host", "address", "iface", "endpoint", "peers",
-                                "unreachable"]  # fmt: skip
+    assert lines[1].split() == [
+        "node",
+        "rank",
+        "host",
+        "address",
+        "iface",
+        "endpoint",
+        "peers",
+        "unreachable",
+    ]
     rows = [ln.split() for ln in lines[2:6]]
     assert [r[0] for r in rows] == ["node0", "node1", "node2", "node3"]
     assert rows[0][:7] == ["node0", "0", "yes", ib(0), "ib", "reached", "none"]
@@ -436,8 +444,12 @@ class FakeNode:
 
     def __init__(self, port: int, report: NodeReport, rdzv_id: str = "7") -> None:
         self.channel = Channel(socket.create_connection(("127.0.0.1", port), timeout=5))
-        hello = {"type": "hello", "proto": preflight.PROTOCOL, "rdzv_id": rdzv_id,
-                 "report": report.to_json()}  # fmt: skip
+        hello = {
+            "type": "hello",
+            "proto": preflight.PROTOCOL,
+            "rdzv_id": rdzv_id,
+            "report": report.to_json(),
+        }
         self.channel.send(hello, time.monotonic() + 5)
         self.answer = self.channel.recv(time.monotonic() + 5)
 

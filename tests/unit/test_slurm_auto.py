@@ -19,11 +19,16 @@ def step_env(
     node_id: int = 1, nodes: int = 4, tasks: str = "1(x4)", **extra: str
 ) -> Dict[str, str]:
     env = {
-        "SLURM_JOB_ID": "123456", "SLURM_STEP_ID": "0", "SLURM_NODEID": str(node_id),
-        "SLURM_PROCID": str(node_id), "SLURM_STEP_NUM_NODES": str(nodes),
-        "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_STEP_NODELIST": f"node[0-{nodes - 1}]",
-        "SLURM_JOB_NODELIST": f"node[0-{nodes - 1}]", "SLURM_STEP_TASKS_PER_NODE": tasks,
-    }  # fmt: skip
+        "SLURM_JOB_ID": "123456",
+        "SLURM_STEP_ID": "0",
+        "SLURM_NODEID": str(node_id),
+        "SLURM_PROCID": str(node_id),
+        "SLURM_STEP_NUM_NODES": str(nodes),
+        "SLURM_JOB_NUM_NODES": str(nodes),
+        "SLURM_STEP_NODELIST": f"node[0-{nodes - 1}]",
+        "SLURM_JOB_NODELIST": f"node[0-{nodes - 1}]",
+        "SLURM_STEP_TASKS_PER_NODE": tasks,
+    }
     env.update(extra)
     return env
 

@@ -1,8 +1,9 @@
 """Runtime patches of torch internals, one small module each.
 
-Each module has ``install(**params)``; it first checks that the torch internal it replaces has
-the signature it expects and raises :class:`~torchrun_jsc.errors.PatchDeclined` otherwise, so a
-torch that changed is skipped with a warning, never crashed. :func:`install` dispatches by name.
+Each module declares ``CHECKS`` (every torch internal it relies on, with the parameter lists it
+accepts) and ``install(**params)``, which verifies all of them first and raises
+:class:`~torchrun_jsc.errors.PatchDeclinedError` otherwise, so a torch that changed is skipped
+with a warning, never crashed. :func:`install` dispatches by name; :data:`NAMES` lists them all.
 """
 
 from __future__ import annotations
@@ -10,13 +11,27 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Dict, Optional
 
-from ..errors import PatchDeclined
-from ._common import restore_all
+from ..errors import PatchDeclinedError
+from ._common import Check, restore_all
 
-NAMES = ("fq_hostname", "store_info_build", "node_desc", "host_matcher", "std_from_str",
-         "keep_rendezvous")
+#: Every patch module; the plan and the version table refer to patches by these names.
+NAMES = (
+    "fq_hostname",
+    "store_info_build",
+    "node_desc",
+    "host_matcher",
+    "std_from_str",
+    "keep_rendezvous",
+)
 
-__all__ = ["NAMES", "PatchDeclined", "install", "restore_all"]
+__all__ = ["NAMES", "Check", "checks_of", "install", "restore_all"]
+
+
+def checks_of(name: str) -> tuple[Check, ...]:
+    """The ``CHECKS`` of patch ``name`` (what the fingerprints record and the tests compare)."""
+    module = importlib.import_module(f"{__name__}.{name}")
+    checks: tuple[Check, ...] = module.CHECKS
+    return checks
 
 
 def install(name: str, params: Dict[str, Any]) -> Optional[str]:
@@ -27,6 +42,6 @@ def install(name: str, params: Dict[str, Any]) -> Optional[str]:
     installer: Callable[..., None] = module.install
     try:
         installer(**params)
-    except PatchDeclined as exc:
+    except PatchDeclinedError as exc:
         return str(exc)
     return None

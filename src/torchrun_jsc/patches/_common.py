@@ -4,26 +4,44 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Iterable, List, Sequence, Tuple
+from typing import Any, Iterable, List, NamedTuple, Sequence, Tuple
 
-from ..errors import PatchDeclined
+from ..errors import PatchDeclinedError
 
 _UNDO: List[Tuple[object, str, Any]] = []
 
 
+class Check(NamedTuple):
+    """A torch internal a patch relies on: ``module``, ``target`` (a qualified name) and the
+    parameter lists it accepts. ``scripts/torch-matrix fingerprints`` records every one."""
+
+    module: str
+    target: str
+    accepted: Tuple[Tuple[str, ...], ...]
+
+
+def verified(checks: Sequence[Check]) -> List[Tuple[object, str, Any]]:
+    """``(owner, attribute, value)`` of every check, after checking all of them; raises
+    :class:`PatchDeclinedError` naming the first internal that is missing or differs."""
+    found = [find(c.module, c.target) for c in checks]
+    for check, (_, _, value) in zip(checks, found):
+        expect(f"{check.module}.{check.target}", value, check.accepted)
+    return found
+
+
 def find(module: str, qualname: str) -> Tuple[object, str, Any]:
-    """``(owner, attribute, value)`` of ``module:qualname``; PatchDeclined if missing."""
+    """``(owner, attribute, value)`` of ``module:qualname``; PatchDeclinedError if missing."""
     try:
         owner: object = importlib.import_module(module)
     except ImportError as exc:
-        raise PatchDeclined(f"{module} cannot be imported ({exc})") from None
+        raise PatchDeclinedError(f"{module} cannot be imported ({exc})") from None
     *path, attr = qualname.split(".")
     for part in path:
         owner = getattr(owner, part, None)
         if owner is None:
-            raise PatchDeclined(f"{module}.{qualname} does not exist in this torch")
+            raise PatchDeclinedError(f"{module}.{qualname} does not exist in this torch")
     if not hasattr(owner, attr):
-        raise PatchDeclined(f"{module}.{qualname} does not exist in this torch")
+        raise PatchDeclinedError(f"{module}.{qualname} does not exist in this torch")
     raw = inspect.getattr_static(owner, attr)
     return owner, attr, raw
 
@@ -41,7 +59,7 @@ def expect(where: str, func: Any, accepted: Iterable[Sequence[str]]) -> Tuple[st
     options = [tuple(a) for a in accepted]
     if found not in options:
         shown = " or ".join("(" + ", ".join(o) + ")" for o in options)
-        raise PatchDeclined(f"{where} has parameters ({', '.join(found)}); expected {shown}")
+        raise PatchDeclinedError(f"{where} has parameters ({', '.join(found)}); expected {shown}")
     return found
 
 

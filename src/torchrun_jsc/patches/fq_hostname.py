@@ -6,17 +6,14 @@ time in its module, so replacing the module attribute is enough.
 
 from __future__ import annotations
 
-from ._common import expect, find, replace
+from ._common import Check, replace, verified
 
-MODULE = "torch.distributed.elastic.agent.server.api"
-TARGET = "_get_fq_hostname"
-ACCEPTED = ((),)
+CHECKS = (Check("torch.distributed.elastic.agent.server.api", "_get_fq_hostname", ((),)),)
 
 
 def install(address: str) -> None:
     """Make ``_get_fq_hostname()`` return ``address``."""
-    owner, attr, original = find(MODULE, TARGET)
-    expect(f"{MODULE}.{TARGET}", original, ACCEPTED)
+    [(owner, attr, _)] = verified(CHECKS)
 
     def _get_fq_hostname() -> str:
         return address

@@ -9,30 +9,31 @@ torch's own function.
 from __future__ import annotations
 
 import importlib
+from typing import Any, Callable
 
-from ._common import expect, find, replace
+from ._common import Check, replace, verified
 
-MODULES = (
-    "torch.distributed.elastic.rendezvous.utils",
-    "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
+CHECKS = tuple(
+    Check(module, "_matches_machine_hostname", (("host",),))
+    for module in (
+        "torch.distributed.elastic.rendezvous.utils",
+        "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
+    )
 )
-TARGET = "_matches_machine_hostname"
-ACCEPTED = (("host",),)
 
 
 def install(host: str, is_local: bool) -> None:
     """Make torch's host recognition answer ``is_local`` for ``host``."""
-    found = []
-    for module in MODULES:
-        importlib.import_module(module)
-        owner, attr, original = find(module, TARGET)
-        expect(f"{module}.{TARGET}", original, ACCEPTED)
-        found.append((owner, attr, original))
-    for owner, attr, original in found:
+    for check in CHECKS:
+        importlib.import_module(check.module)
+    for owner, attr, original in verified(CHECKS):
+        replace(owner, attr, _matcher(host, is_local, original))
 
-        def matches(candidate: str, _original=original) -> bool:  # type: ignore[no-untyped-def]
-            if candidate == host:
-                return is_local
-            return bool(_original(candidate))
 
-        replace(owner, attr, matches)
+def _matcher(host: str, is_local: bool, original: Callable[[str], Any]) -> Callable[[str], bool]:
+    def matches(candidate: str) -> bool:
+        if candidate == host:
+            return is_local
+        return bool(original(candidate))
+
+    return matches

@@ -12,30 +12,21 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._common import expect, find, replace
+from ._common import Check, replace, verified
 
-MODULE = "torch.distributed.elastic.agent.server.api"
-TARGET = "SimpleElasticAgent._restart_workers"
-ACCEPTED = (("self", "worker_group"),)
-LOCAL_MODULE = "torch.distributed.elastic.agent.server.local_elastic_agent"
-SHUTDOWN = "LocalElasticAgent._shutdown"
-SHUTDOWN_ACCEPTED = (("self", "death_sig"),)
-STOP = "LocalElasticAgent._stop_workers"
-STOP_ACCEPTED = (("self", "worker_group"),)
-#: Every internal this patch relies on: (module, qualified name, accepted parameter lists).
+_AGENT = "torch.distributed.elastic.agent.server.api"
+_LOCAL = "torch.distributed.elastic.agent.server.local_elastic_agent"
+#: The replaced function first, then the two whose 2.3 behaviour it works around.
 CHECKS = (
-    (MODULE, TARGET, ACCEPTED),
-    (LOCAL_MODULE, STOP, STOP_ACCEPTED),
-    (LOCAL_MODULE, SHUTDOWN, SHUTDOWN_ACCEPTED),
+    Check(_AGENT, "SimpleElasticAgent._restart_workers", (("self", "worker_group"),)),
+    Check(_LOCAL, "LocalElasticAgent._stop_workers", (("self", "worker_group"),)),
+    Check(_LOCAL, "LocalElasticAgent._shutdown", (("self", "death_sig"),)),
 )
 
 
 def install() -> None:
     """Keep the rendezvous open while an agent restarts its workers."""
-    found = [find(module, target) for module, target, _ in CHECKS]
-    for (module, target, accepted), (_, _, value) in zip(CHECKS, found):
-        expect(f"{module}.{target}", value, accepted)
-    owner, attr, original = found[0]  # CHECKS[0] is the function replaced here
+    owner, attr, original = verified(CHECKS)[0]
     restart: Callable[..., Any] = original
 
     def _restart_workers(self: Any, worker_group: Any) -> Any:

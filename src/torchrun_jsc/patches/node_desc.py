@@ -8,17 +8,20 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ._common import expect, find, replace
+from ._common import Check, replace, verified
 
-MODULE = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
-TARGET = "_NodeDescGenerator.generate"
-ACCEPTED = (("self", "local_addr"),)
+CHECKS = (
+    Check(
+        "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
+        "_NodeDescGenerator.generate",
+        (("self", "local_addr"),),
+    ),
+)
 
 
 def install(address: str) -> None:
     """Make ``_NodeDescGenerator.generate`` default ``local_addr`` to ``address``."""
-    owner, attr, original = find(MODULE, TARGET)
-    expect(f"{MODULE}.{TARGET}", original, ACCEPTED)
+    [(owner, attr, original)] = verified(CHECKS)
 
     def generate(self: Any, local_addr: Optional[str] = None) -> Any:
         return original(self, local_addr or address)

@@ -10,23 +10,20 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Union
 
-from ..errors import PatchDeclined
-from ._common import expect, find, replace
+from ..errors import PatchDeclinedError
+from ._common import Check, replace, verified
 
-MODULE = "torch.distributed.elastic.multiprocessing.api"
-TARGET = "Std.from_str"
-ACCEPTED = (("cls", "vm"),)
+CHECKS = (Check("torch.distributed.elastic.multiprocessing.api", "Std.from_str", (("cls", "vm"),)),)
 _VALUE = re.compile(r"^[0-3]$")
 _MAPPING = re.compile(r"^(\d+:[0-3],)*\d+:[0-3]$")
 
 
 def install() -> None:
     """Replace ``Std.from_str`` if (and only if) it is broken here."""
-    owner, attr, original = find(MODULE, TARGET)
-    expect(f"{MODULE}.{TARGET}", original, ACCEPTED)
+    [(owner, attr, _)] = verified(CHECKS)
     std: Any = owner
     if std.from_str("0") is not None and std.from_str("3") is not None:
-        raise PatchDeclined("Std.from_str already works on this Python")
+        raise PatchDeclinedError("Std.from_str already works on this Python")
 
     def from_str(cls: Any, vm: str) -> Union[Any, Dict[int, Any]]:
         if _VALUE.match(vm):

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import expect, find, replace
+from ._common import Check, replace, verified
 
-MODULE = "torch.distributed.elastic.rendezvous.api"
-TARGET = "RendezvousStoreInfo.build"
-ACCEPTED = (("rank", "store"),)
+CHECKS = (
+    Check(
+        "torch.distributed.elastic.rendezvous.api",
+        "RendezvousStoreInfo.build",
+        (("rank", "store"),),
+    ),
+    Check("torch.distributed.elastic.utils.distributed", "get_free_port", ((),)),
+)
 
 
 def install(address: str) -> None:
     """Make rank 0 publish ``address`` as MASTER_ADDR."""
-    owner, attr, original = find(MODULE, TARGET)
-    expect(f"{MODULE}.{TARGET}", original, ACCEPTED)
-    _, _, free_port = find("torch.distributed.elastic.utils.distributed", "get_free_port")
+    (owner, attr, _), (_, _, free_port) = verified(CHECKS)
     info_class: Any = owner
     addr_key = getattr(info_class, "MASTER_ADDR_KEY", "MASTER_ADDR")
     port_key = getattr(info_class, "MASTER_PORT_KEY", "MASTER_PORT")

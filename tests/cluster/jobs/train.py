@@ -24,8 +24,9 @@ def main() -> int:
         except FileExistsError:
             pass
         else:
-            print(f"TRJSC_CRASH host={socket.gethostname()} rank={os.environ.get('RANK')}",
-                  flush=True)
+            print(
+                f"TRJSC_CRASH host={socket.gethostname()} rank={os.environ.get('RANK')}", flush=True
+            )
             return 1
 
     import torch
