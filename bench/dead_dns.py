@@ -26,15 +26,17 @@ PROBE = r"""
 import json, socket, statistics, sys, time
 import torch
 from torchrun_jsc import facts
-from torchrun_jsc.plan import endpoint_host, make_plan
+from torchrun_jsc.plan import make_plan
+from torchrun_jsc.request import read_request
 out = {}
 for label, endpoint in (("name in /etc/hosts", "node0i:29500"), ("address", "10.78.0.10:29500")):
     argv = ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}", "train.py"]
     times = []
     for _ in range(5):
         t0 = time.perf_counter()
-        node = facts.gather(endpoint_host(argv, {}), 5.0)
-        make_plan(argv, {}, str(torch.__version__), node)
+        request = read_request(argv, {})
+        node = facts.gather(request.lookup_host, 5.0)
+        make_plan(request, str(torch.__version__), node)
         times.append(time.perf_counter() - t0)
     out[label] = statistics.median(times)
 t0 = time.perf_counter()

@@ -81,7 +81,8 @@ def planning(repeat: int) -> Dict[str, float]:
     import torch
 
     from torchrun_jsc import facts
-    from torchrun_jsc.plan import endpoint_host, make_plan
+    from torchrun_jsc.plan import make_plan
+    from torchrun_jsc.request import read_request
 
     argv = [
         "--nnodes=4",
@@ -102,12 +103,11 @@ def planning(repeat: int) -> Dict[str, float]:
         endpoint_addresses=("10.78.0.10",),
         route_sources={"10.78.0.10": "10.78.0.11"},
     )
-    make_plan(argv, env, str(torch.__version__), node)  # imports and first parser build
+    make_plan(read_request(argv, env), str(torch.__version__), node)  # imports, first parser
     plan_times, gather_times = [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        endpoint_host(argv, env)
-        make_plan(argv, env, str(torch.__version__), node)
+        make_plan(read_request(argv, env), str(torch.__version__), node)
         plan_times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         facts.gather("127.0.0.1", 1.0)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-__version__ = "0.1.0"
+#: The package version (the one source: pyproject.toml reads it from here).
+__version__ = "0.2.0"
 
 __all__ = ["__version__", "apply_fixes"]
 
@@ -21,16 +22,18 @@ def apply_fixes(strict: bool = True, argv: Optional[List[str]] = None) -> bool:
     applies the fixes. With ``strict``, an unsupported torch (< 1.9, or newer than every tested
     release) raises :class:`~torchrun_jsc.errors.UnsupportedTorchError`; without, an older torch
     is left alone and a newer one gets the newest strategy; both return False.
-    Bad settings raise :class:`~torchrun_jsc.errors.ConfigError`.
+    Bad input and refused launches raise :class:`~torchrun_jsc.errors.ConfigError`.
     """
     import os
 
     import torch
 
+    from . import log
     from .apply import carry_out, prepare
-    from .errors import UnsupportedTorchError
+    from .errors import ConfigError, UnsupportedTorchError
     from .versions import TorchVersion, is_untested, strategy_for
 
+    log.setup(os.environ)
     version = TorchVersion.parse(str(torch.__version__))
     try:
         strategy_for(version)
@@ -42,6 +45,8 @@ def apply_fixes(strict: bool = True, argv: Optional[List[str]] = None) -> bool:
         raise UnsupportedTorchError(f"torch {version} is newer than every tested release")
     args = list(sys.argv[1:] if argv is None else argv)
     prepared = prepare(args, os.environ)
+    if prepared.plan.refusal is not None:
+        raise ConfigError(prepared.plan.refusal)
     carry_out(prepared.plan)
     if argv is None:
         sys.argv[1:] = list(prepared.plan.argv)

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
-from . import slurm
+from . import network, slurm
+from .errors import ConfigError
 
 #: SYSTEMNAME values (JSC's environment) whose compute nodes are reached through ``<host>i``.
 SUFFIX_DEFAULTS = {
@@ -34,6 +35,11 @@ class AutoArgs:
     args: Tuple[str, ...]
     reasons: Tuple[Tuple[str, str, str], ...]  # (option, value, reason)
 
+    @property
+    def values(self) -> Tuple[Tuple[str, str], ...]:
+        """``(dest, value)`` of every added option, as torch's parser stores them."""
+        return tuple((option, value) for option, value, _ in self.reasons)
+
 
 def host_suffix(configured: Optional[str], step: slurm.SlurmStep) -> Tuple[str, str]:
     """``(suffix, why)``: ``TORCHRUN_JSC_HOST_SUFFIX`` if set, else the system's default."""
@@ -50,7 +56,8 @@ def slurm_args(
 ) -> AutoArgs:
     """The torchrun arguments to add for ``step``; options in ``given`` are never touched.
 
-    ``backend`` is the rendezvous backend the user's command line asks for (if given).
+    ``backend`` is the rendezvous backend the user's command line asks for (if given). Raises
+    :class:`ConfigError` when the step lacks what an option needs (and names it).
     """
     args: List[str] = []
     reasons: List[Tuple[str, str, str]] = []
@@ -61,6 +68,7 @@ def slurm_args(
 
     if "standalone" in given:
         return AutoArgs((), ())
+    step.need("num_nodes", "gpus_on_node", "nodelist")
     if "nnodes" not in given and step.num_nodes is not None:
         add("nnodes", str(step.num_nodes), "the step's node count")
     if "nproc_per_node" not in given and step.gpus_on_node:
@@ -69,14 +77,28 @@ def slurm_args(
         add("rdzv_backend", "c10d", "auto-configuration uses the c10d rendezvous")
     elif backend != "c10d":
         return AutoArgs(tuple(args), tuple(reasons))
-    if "rdzv_endpoint" not in given and step.step_nodelist:
-        first = slurm.first_host(step.step_nodelist)
+    if "rdzv_endpoint" not in given:
+        if not step.nodelist:
+            raise ConfigError(
+                "TORCHRUN_JSC_SLURM_AUTO=1 cannot choose --rdzv_endpoint: SLURM_STEP_NODELIST and"
+                " SLURM_JOB_NODELIST are unset; accepted: a Slurm step that has them, or"
+                " --rdzv_endpoint=HOST:PORT"
+            )
+        first = slurm.first_host(step.nodelist)
         text, why = host_suffix(suffix, step)
+        problem = network.host_problem(first + text)
+        if problem:
+            raise ConfigError(
+                f"the auto-configured endpoint host {first + text!r} ({why} appended to the"
+                f" first node) is not valid: {problem}; accepted: a TORCHRUN_JSC_HOST_SUFFIX that"
+                " makes a host name, or --rdzv_endpoint"
+            )
+        assert step.job_id is not None  # in_step
         port = slurm.rendezvous_port(step.job_id)
         add(
             "rdzv_endpoint",
             f"{first}{text}:{port}",
-            f"first node of {step.step_nodelist}, suffix {text!r} ({why}), "
+            f"first node of {step.nodelist}, suffix {text!r} ({why}), "
             f"port from job id {step.job_id}",
         )
     if "rdzv_id" not in given:

@@ -1,38 +1,115 @@
-"""The ``torchrun_jsc`` command: torchrun's command line, fixed, run in this process."""
+"""The ``torchrun_jsc`` command: torchrun's command line, fixed, run in this process.
+
+Exit codes: torchrun's own when it runs; 2 for bad input (one line on stderr, nothing
+launched) and refused launches; 130 when interrupted before the launch; ``TORCHRUN_JSC_EXPLAIN``:
+1 when the plan predicts a failure; ``TORCHRUN_JSC_PREFLIGHT``: 1 when the job-wide check fails.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional
+from typing import List, Mapping, NoReturn, Optional
 
+from . import __version__
 from .errors import ConfigError, UnsupportedTorchError
+from .settings import VARIABLES
+
+DOCS = "https://pypi.org/project/torchrun_jsc/ (README) and the docs/ folder of its source"
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Plan, apply, then run ``torch.distributed.run.main`` with the planned arguments.
-
-    Bad input: one line on stderr, exit code 2, nothing launched. ``TORCHRUN_JSC_EXPLAIN``:
-    print the plan and exit (1 when it predicts a failure).
-    """
+    """Read, plan, apply, then run ``torch.distributed.run.main`` with the planned arguments."""
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        _main(args, os.environ)
+    except KeyboardInterrupt:
+        print("torchrun_jsc: interrupted before the launch; nothing was started", file=sys.stderr)
+        sys.exit(130)
+
+
+def _main(args: List[str], env: Mapping[str, str]) -> None:
+    from . import log
     from .apply import carry_out, prepare
 
+    log.setup(env)
+    style = _explain_style(env)
     try:
-        prepared = prepare(args, os.environ)
+        prepared = prepare(args, env)
     except (ConfigError, UnsupportedTorchError) as exc:
-        print(f"torchrun_jsc: error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    if prepared.settings.preflight:
-        from .preflight import run_preflight
-
-        sys.exit(run_preflight(prepared, args, os.environ))
-    if prepared.settings.explain:
+        _error(str(exc), style)
+    request, plan = prepared.request, prepared.plan
+    if request.version_requested:
+        print(version_line())
+        sys.exit(0)
+    if request.stop is not None and style is None:
+        if request.stop.code == 0:
+            print(request.stop.text.rstrip("\n"))
+            print(settings_help())
+            sys.exit(0)
+        sys.stderr.write(request.stop.text)
+        sys.exit(request.stop.code)
+    if style is not None:
         from .explain import render
 
-        print(render(prepared, prepared.settings.explain))
-        sys.exit(1 if prepared.plan.predicted_failures else 0)
-    carry_out(prepared.plan)
+        print(render(prepared, style))
+        if plan.refusal is not None or request.stop is not None:
+            sys.exit(2)
+        sys.exit(1 if plan.predicted_failures else 0)
+    if plan.refusal is not None:
+        _error(plan.refusal, None)
+    if request.settings.preflight:
+        from .preflight import run_preflight
+
+        sys.exit(run_preflight(prepared))
+    carry_out(plan)
     from torch.distributed import run
 
-    run.main(list(prepared.plan.argv))
+    run.main(list(plan.argv))
+
+
+def _explain_style(env: Mapping[str, str]) -> Optional[str]:
+    """The explain format asked for, read leniently (to render errors in it as well)."""
+    style = env.get("TORCHRUN_JSC_EXPLAIN", "").strip()
+    return style if style in ("text", "json") else None
+
+
+def _error(message: str, style: Optional[str]) -> NoReturn:
+    if style is not None:
+        from .explain import render_error
+
+        print(render_error(message, style))
+    else:
+        print(f"torchrun_jsc: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def version_line() -> str:
+    """``torchrun_jsc 0.2.0 (torch 2.13.0+cpu, Python 3.11.7)``."""
+    import platform
+
+    try:
+        import torch
+
+        torch_version = str(torch.__version__)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch_version = "not installed"
+    return f"torchrun_jsc {__version__} (torch {torch_version}, Python {platform.python_version()})"
+
+
+def settings_help() -> str:
+    """The section ``--help`` prints after torchrun's own help."""
+    width = max(len(v.name) for v in VARIABLES)
+    lines = [
+        "",
+        "torchrun_jsc: the options above are torchrun's and keep their meaning. torchrun_jsc",
+        "itself is set by environment variables (default in brackets):",
+        "",
+    ]
+    lines += [f"  {v.name:<{width}}  [{v.shown_default}]" for v in VARIABLES]
+    lines += [
+        "",
+        "  --version (before the training script) prints torchrun_jsc's and torch's versions.",
+        f"Documentation: {DOCS}.",
+    ]
+    return "\n".join(lines)

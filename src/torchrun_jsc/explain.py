@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import asdict
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from .apply import Prepared
+from .plan import Prepared
 
 
 def as_dict(prepared: Prepared) -> Dict[str, Any]:
@@ -28,8 +28,8 @@ def as_dict(prepared: Prepared) -> Dict[str, Any]:
             "local_addresses": list(facts.local_endpoint_addresses),
             "route_sources": dict(facts.route_sources),
         },
-        "node_rank": prepared.settings.node_rank,
-        "node_rank_source": prepared.settings.node_rank_source,
+        "node_rank": prepared.request.node_rank,
+        "node_rank_source": prepared.request.node_rank_source,
         "host_node_rank": prepared.settings.host_node_rank,
         "is_host": plan.is_host,
         "advertised_address": plan.advertised_address,
@@ -41,7 +41,9 @@ def as_dict(prepared: Prepared) -> Dict[str, Any]:
         "patches": [{"name": p.name, "params": p.kwargs, "reason": p.reason} for p in plan.patches],
         "warnings": list(plan.warnings),
         "predicted_failures": list(plan.predicted_failures),
-        "verdict": "fail" if plan.predicted_failures else "ok",
+        "refusal": plan.refusal,
+        "error": _torchrun_error(prepared),
+        "verdict": _verdict(prepared),
         "gather_seconds": round(facts.seconds, 4),
     }
 
@@ -80,5 +82,36 @@ def render(prepared: Prepared, style: str) -> str:
         lines.append(f"  patch {p['name']} {p['params'] or ''} -- {p['reason']}")
     lines += [f"  warning: {w}" for w in data["warnings"]]
     lines += [f"  WILL FAIL: {f}" for f in data["predicted_failures"]]
+    if data["refusal"]:
+        lines.append(f"  REFUSED: {data['refusal']}")
+    if data["error"]:
+        lines.append(f"  ERROR: {data['error']}")
     lines.append(f"  verdict: {data['verdict']}")
     return "\n".join(lines)
+
+
+def _torchrun_error(prepared: Prepared) -> Optional[str]:
+    """torchrun's own usage error (its last line), when it rejects the command line."""
+    stop = prepared.request.stop
+    if stop is None or stop.code == 0:
+        return None
+    lines = [ln for ln in stop.text.splitlines() if ln.strip()]
+    return lines[-1] if lines else f"torchrun exits with {stop.code}"
+
+
+def _verdict(prepared: Prepared) -> str:
+    """``ok``, ``fail`` (a predicted failure), ``refused`` (a guard) or ``error`` (torchrun
+    itself rejects the command line)."""
+    stop = prepared.request.stop
+    if stop is not None and stop.code != 0:
+        return "error"
+    if prepared.plan.refusal is not None:
+        return "refused"
+    return "fail" if prepared.plan.predicted_failures else "ok"
+
+
+def render_error(message: str, style: str) -> str:
+    """An input error in the explain format asked for (nothing was planned)."""
+    if style == "json":
+        return json.dumps({"verdict": "error", "error": message}, indent=2)
+    return f"torchrun_jsc explain: error: {message}\n  verdict: error"

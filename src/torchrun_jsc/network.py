@@ -12,7 +12,7 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 from .errors import ConfigError
 
@@ -28,50 +28,102 @@ class Interface:
     family: int  # 4 or 6
 
 
-def split_endpoint(endpoint: str) -> Tuple[str, Optional[int]]:
-    """Split ``host[:port]`` the way torch does; ``[v6]`` brackets never stay on the host.
+ENDPOINT_ACCEPTS = "HOST[:PORT] or [IPV6][:PORT], PORT an integer in 0..65535"
+#: torch's c10d rendezvous port when ``--rdzv_endpoint`` names none.
+DEFAULT_RDZV_PORT = 29400
 
-    Raises :class:`ConfigError` for an empty host or a port that is not an integer in 0..65535.
-    """
-    text = endpoint.strip()
-    if text.startswith("["):
-        close = text.find("]")
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A checked ``--rdzv_endpoint``: the host without brackets, the port if given."""
+
+    text: str
+    host: str
+    port: Optional[int]
+
+    @property
+    def port_or_default(self) -> int:
+        """The port torch's c10d rendezvous uses."""
+        return DEFAULT_RDZV_PORT if self.port is None else self.port
+
+    @property
+    def is_loopback(self) -> bool:
+        """``localhost`` or a loopback address (left to torch untouched)."""
+        return is_loopback_host(self.host)
+
+    @property
+    def is_wildcard(self) -> bool:
+        """``0.0.0.0`` or ``::``: an address that names no node."""
+        ip = ip_of(self.host)
+        return ip is not None and ip.is_unspecified
+
+
+def parse_endpoint(text: str) -> Endpoint:
+    """Split ``host[:port]`` the way torch does and check both parts; ``[v6]`` brackets never
+    stay on the host. Raises :class:`ConfigError` naming what is wrong."""
+    stripped = text.strip()
+
+    def bad(reason: str) -> ConfigError:
+        return ConfigError(f"--rdzv_endpoint {text!r}: {reason}; accepted: {ENDPOINT_ACCEPTS}")
+
+    if stripped.startswith("["):
+        close = stripped.find("]")
         if close < 0:
-            raise ConfigError(
-                f"--rdzv_endpoint {endpoint!r}: unclosed '['; accepted: HOST[:PORT], [IPV6][:PORT]"
-            )
-        host, rest = text[1:close], text[close + 1 :]
+            raise bad("unclosed '['")
+        host, rest = stripped[1:close], stripped[close + 1 :]
         if rest and not rest.startswith(":"):
-            raise ConfigError(
-                f"--rdzv_endpoint {endpoint!r}: text after ']'; accepted: [IPV6][:PORT]"
-            )
+            raise bad("text after ']'")
         port_text: Optional[str] = rest[1:] if rest else None
-    elif text.count(":") > 1:
-        # An unbracketed IPv6 literal has no port (torch would cut it at the last colon).
-        raise ConfigError(
-            f"--rdzv_endpoint {endpoint!r}: an IPv6 address needs brackets; accepted: [IPV6]:PORT"
-        )
+        if ip_of(host) is None or ip_of(host).version != 6:  # type: ignore[union-attr]
+            raise bad(f"{host!r} in brackets is not an IPv6 address")
+    elif stripped.count(":") > 1:
+        ip = ip_of(stripped)
+        if ip is not None and ip.version == 6:
+            raise bad("an IPv6 address needs brackets: [IPV6]:PORT")
+        raise bad(f"{stripped!r} has more than one ':'")
     else:
-        host, _, tail = text.partition(":")
-        port_text = tail if ":" in text else None
+        host, sep, tail = stripped.partition(":")
+        port_text = tail if sep else None
     if not host:
-        raise ConfigError(f"--rdzv_endpoint {endpoint!r}: no host; accepted: HOST[:PORT]")
+        raise bad("no host")
+    problem = host_problem(host)
+    if problem:
+        raise bad(problem)
     port: Optional[int] = None
     if port_text is not None:
-        if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-            raise ConfigError(
-                f"--rdzv_endpoint {endpoint!r}: port {port_text!r} is not an integer in 0..65535"
-            )
+        if not (port_text.isascii() and port_text.isdigit()) or int(port_text) > 65535:
+            raise bad(f"port {port_text!r} is not an integer in 0..65535")
         port = int(port_text)
-    return host, port
+    return Endpoint(text=stripped, host=host, port=port)
+
+
+def host_problem(host: str) -> Optional[str]:
+    """Why ``host`` cannot be a host name or address (None when it can): an address literal
+    (IPv6 with an optional ``%zone``), or a name the resolver can encode (IDNA: no empty label,
+    no label over 63 characters, at most 253 characters)."""
+    if ip_of(host) is not None:
+        return None
+    if len(host) > 253:
+        return f"host name of {len(host)} characters (at most 253)"
+    if any(c.isspace() or c in "[]/%@" for c in host):
+        return f"{host!r} is not a host name"
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return f"{host!r} is not a host name (empty label or a label over 63 characters)"
+    return None
 
 
 def ip_of(text: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6Address]]:
-    """The address ``text`` spells (zone index dropped), or None for a name."""
+    """The address ``text`` spells (an IPv6 zone index dropped), or None for a name."""
+    address, zone, name = text.partition("%")
     try:
-        return ipaddress.ip_address(text.split("%", 1)[0])
+        ip = ipaddress.ip_address(address)
     except ValueError:
         return None
+    if zone and (ip.version != 6 or not name):
+        return None
+    return ip
 
 
 def family_of(address: str) -> int:
@@ -100,9 +152,8 @@ def resolve(host: str, timeout: float, interval: float = 0.5) -> List[str]:
 
     Raises ``OSError`` (a ``socket.gaierror``) when it still does not resolve.
     """
-    literal = ip_of(host)
-    if literal is not None:
-        return [str(literal)]
+    if ip_of(host) is not None:
+        return [host]
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -120,30 +171,38 @@ def resolve(host: str, timeout: float, interval: float = 0.5) -> List[str]:
         return found
 
 
-def route_source(address: str) -> Optional[str]:
-    """This machine's source address for traffic to ``address`` (UDP connect: no packet sent)."""
+def _sockaddr(address: str, port: int) -> Tuple[int, Tuple[Any, ...]]:
+    """``(family, sockaddr)`` for ``address``; a ``%zone`` becomes the IPv6 scope id."""
     family = socket.AF_INET6 if family_of(address) == 6 else socket.AF_INET
+    info = socket.getaddrinfo(address, port, family, socket.SOCK_DGRAM, 0, socket.AI_NUMERICHOST)
+    return family, info[0][4]
+
+
+def route_source(address: str) -> Optional[str]:
+    """This machine's source address for traffic to ``address`` (UDP connect: no packet sent).
+    A link-local source keeps its ``%zone``."""
     try:
+        family, target = _sockaddr(address, 9)
         with socket.socket(family, socket.SOCK_DGRAM) as sock:
-            sock.connect((address, 9))
-            return str(sock.getsockname()[0]).split("%", 1)[0]
+            sock.connect(target)
+            return str(sock.getsockname()[0])
     except OSError:
         return None
 
 
 def is_local_address(address: str) -> bool:
-    """True when ``address`` belongs to this machine (it can be bound)."""
-    family = socket.AF_INET6 if family_of(address) == 6 else socket.AF_INET
+    """True when ``address`` belongs to this machine (it can be bound; a ``%zone`` counts)."""
     try:
+        family, target = _sockaddr(address, 0)
         with socket.socket(family, socket.SOCK_DGRAM) as sock:
-            sock.bind((address, 0))
+            sock.bind(target)
             return True
     except OSError:
         return False
 
 
 def interfaces() -> List[Interface]:
-    """Every IPv4 and IPv6 address of every interface (link-local IPv6 left out)."""
+    """Every IPv4 and IPv6 address of every interface (link-local IPv6 with its ``%zone``)."""
     import psutil
 
     found: List[Interface] = []
@@ -151,9 +210,11 @@ def interfaces() -> List[Interface]:
         for addr in addrs:
             if addr.family not in (socket.AF_INET, socket.AF_INET6):
                 continue
-            address = str(addr.address).split("%", 1)[0]
+            address = str(addr.address)
             ip = ip_of(address)
-            if ip is None or (ip.version == 6 and ip.is_link_local):
+            if ip is None:
                 continue
+            if ip.version == 6 and ip.is_link_local and "%" not in address:
+                address = f"{address}%{name}"
             found.append(Interface(name, address, ip.version))
     return found

@@ -1,5 +1,6 @@
 """Workload for the loopback integration tests: gloo all_reduce of rank+1, one result line."""
 
+import json
 import os
 import sys
 
@@ -16,7 +17,8 @@ expect = world * (world + 1) // 2
 sys.stdout.write(
     f"RESULT rank={rank} world={world} allreduce={value.item():g} expect={expect} "
     f"master_addr={os.environ.get('MASTER_ADDR')} "
-    f"gloo_ifname={os.environ.get('GLOO_SOCKET_IFNAME')}\n"
+    f"gloo_ifname={os.environ.get('GLOO_SOCKET_IFNAME')} "
+    f"argv={json.dumps(sys.argv[1:], separators=(',', ':'))}\n"
 )
 sys.stdout.flush()
 dist.destroy_process_group()

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -65,19 +65,19 @@ def test_usage_error_is_torchruns() -> None:
 
 BAD = [
     (
-        {"TORCHRUN_JSC_PREFER_ARG_PATCHING": "yes"},
+        {"TORCHRUN_JSC_PREFER_ARG_PATCHING": "maybe"},
         [],
-        "TORCHRUN_JSC_PREFER_ARG_PATCHING='yes' is not valid; accepted: 0 or 1",
+        "TORCHRUN_JSC_PREFER_ARG_PATCHING='maybe' is not valid; accepted: 0 or 1",
     ),
     (
         {"TORCHRUN_JSC_NODE_RANK": "abc"},
         [],
-        "TORCHRUN_JSC_NODE_RANK='abc' is not valid; accepted: an integer >= 0",
+        "TORCHRUN_JSC_NODE_RANK='abc' is not valid; accepted: an integer in 0..1000000",
     ),
     (
         {"TORCHRUN_JSC_NODE_RANK": "-2"},
         [],
-        "TORCHRUN_JSC_NODE_RANK='-2' is not valid; accepted: an integer >= 0",
+        "TORCHRUN_JSC_NODE_RANK='-2' is not valid; accepted: an integer in 0..1000000",
     ),
     (
         {},
@@ -154,3 +154,135 @@ def test_apply_fixes_as_a_library() -> None:
     assert ok == "True"
     assert version.count(".") == 2
     assert "'t.py'" in argv
+
+
+# --------------------------------------------------------------------------- argument shapes
+
+#: A one-node Slurm step on this machine: auto-configuration adds options (c10d on localhost),
+#: so where they land in the command line is tested with a real launch.
+LOCAL_STEP = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_STEP_ID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_STEP_NUM_NODES": "1",
+    "SLURM_STEP_NODELIST": "localhost",
+    "SLURM_STEP_TASKS_PER_NODE": "1",
+    "TORCHRUN_JSC_SLURM_AUTO": "1",
+}
+
+
+def worker_argvs(stdout: str) -> List[List[str]]:
+    return [
+        json.loads(line.split(" argv=", 1)[1])
+        for line in stdout.splitlines()
+        if line.startswith("RESULT") and " argv=" in line
+    ]
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        (["--", WORKLOAD, "a"], ["a"]),
+        ([WORKLOAD, "--", "a"], ["a"]),
+        ([WORKLOAD, "a", "--", "--nnodes=9"], ["a", "--", "--nnodes=9"]),
+    ],
+    ids=["dash-before-script", "dash-after-script", "dash-in-script-args"],
+)
+def test_dash_dash_anywhere_launches_with_the_added_options(
+    shape: List[str], expected: List[str]
+) -> None:
+    out = run(["--nproc-per-node=2", *shape], env=LOCAL_STEP)
+    assert out.returncode == 0, out.stderr[-3000:]
+    argvs = worker_argvs(out.stdout)
+    assert len(argvs) == 2 and all(a == expected for a in argvs), out.stdout
+    assert all("allreduce=3 expect=3" in ln for ln in out.stdout.splitlines() if "RESULT" in ln)
+    plain = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+         *shape],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert worker_argvs(plain.stdout) == [expected], "exactly what plain torchrun gives"
+
+
+# --------------------------------------------------------------------------- help, version, explain
+
+
+def test_help_is_torchruns_then_the_settings() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "torchrun_jsc", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0
+    assert out.stdout.startswith("usage: python -m torchrun_jsc "), out.stdout[:200]
+    assert "--rdzv-endpoint" in out.stdout or "--rdzv_endpoint" in out.stdout
+    assert "TORCHRUN_JSC_PREFER_ARG_PATCHING" in out.stdout.split("torchrun_jsc: the options")[1]
+
+
+def test_version_before_the_script_is_the_launchers() -> None:
+    import torch
+
+    import torchrun_jsc
+
+    out = run(["--version", "train.py"])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith(f"torchrun_jsc {torchrun_jsc.__version__} (torch ")
+    assert str(torch.__version__) in out.stdout
+
+
+def test_version_after_the_script_reaches_the_script(tmp_path: Path) -> None:
+    script = tmp_path / "v.py"
+    script.write_text("import sys; print('SCRIPT-ARGS', sys.argv[1:])\n")
+    out = run(["--standalone", "--nproc-per-node=1", str(script), "--version"])
+    assert out.returncode == 0, out.stderr
+    assert "SCRIPT-ARGS ['--version']" in out.stdout
+
+
+@pytest.mark.parametrize("style", ["text", "json"])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--bogus", "t.py"], "unrecognized arguments: --bogus"),
+        (["--nnodes=abc", "t.py"], "--nnodes='abc' is not valid"),
+    ],
+    ids=["usage-error", "nnodes"],
+)
+def test_explain_reports_torchruns_own_errors_in_its_format(
+    style: str, args: List[str], words: str
+) -> None:
+    out = run(args, env={"TORCHRUN_JSC_EXPLAIN": style})
+    assert out.returncode == 2, out.stdout + out.stderr
+    if style == "json":
+        data = json.loads(out.stdout)
+        assert data["verdict"] == "error"
+        assert words in (data.get("error") or "")
+    else:
+        assert "verdict: error" in out.stdout and words in out.stdout
+
+
+def test_pet_flag_is_blamed_on_the_right_variable() -> None:
+    out = run(["--nnodes=1", "t.py"], env={"PET_STANDALONE": "yes", "PET_RDZV_ENDPOINT": "h:1"})
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == (
+        "torchrun_jsc: error: PET_STANDALONE='yes' cannot be read by torchrun; accepted: an"
+        " integer (0 or 1) for a flag"
+    )
+
+
+def test_ctrl_c_while_resolving_is_one_line_and_130() -> None:
+    import signal
+    import time
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_"))}
+    full["TORCHRUN_JSC_RESOLVE_TIMEOUT"] = "60"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torchrun_jsc", "--nnodes=2", "--rdzv_backend=c10d",
+         "--rdzv_endpoint=node0i.invalid:29500", "t.py"],
+        env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(4)  # torch imported, resolving (retried every 0.5 s for 60 s)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines() == [
+        "torchrun_jsc: interrupted before the launch; nothing was started"
+    ]

@@ -1,7 +1,8 @@
 """Node facts for the cluster layouts the unit tests plan for (no machine is looked at).
 
-The layout mirrors the namespace cluster: node ``i`` has ``mgmt`` 10.77.0.(10+i) (its hostname's
-network) and ``ib`` 10.78.0.(10+i) plus fd00:78::(10+i) (the network every node reaches).
+The layout is the namespace cluster's (tests/cluster/harness.py): node ``i`` has ``mgmt``
+10.77.0.(10+i) (its hostname's network) and ``ib`` 10.78.0.(10+i) plus fd00:78::(10+i), the
+digits written as in IPv4 (the network every node reaches).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def ib(i: int) -> str:
 
 
 def ib6(i: int) -> str:
-    return f"fd00:78::{10 + i:x}"
+    return f"fd00:78::{10 + i}"
 
 
 def node(

@@ -8,10 +8,11 @@ from typing import Dict, Iterator, List
 import pytest
 
 from torchrun_jsc import patches
-from torchrun_jsc.apply import carry_out, logger
-from torchrun_jsc.plan import make_plan
+from torchrun_jsc.apply import carry_out
+from torchrun_jsc.log import logger
 
 from .layouts import node
+from .planning import plan as make_plan
 
 ARGV = ["--rdzv_backend=c10d", "--rdzv_endpoint=node0i", "train.py"]
 
@@ -27,7 +28,7 @@ class Records(logging.Handler):
 
 @pytest.fixture
 def records() -> Iterator[Records]:
-    log = logger()
+    log = logger
     handler, level = Records(), log.level
     log.addHandler(handler)
     log.setLevel(logging.INFO)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchrun_jsc import launch_args, network
+from torchrun_jsc import network, request
 from torchrun_jsc.errors import ConfigError, UnsupportedTorchError
 from torchrun_jsc.settings import VARIABLES, Settings
 from torchrun_jsc.versions import (
@@ -27,10 +27,14 @@ from torchrun_jsc.versions import (
         ("[fd00:78::a]", "fd00:78::a", None),
         ("[fe80::1%ib0]:5", "fe80::1%ib0", 5),
         (" jwb0001i.juwels:0 ", "jwb0001i.juwels", 0),
+        ("jwb0001i.juwels.:1", "jwb0001i.juwels.", 1),
+        ("ümlaut.example:2", "ümlaut.example", 2),
+        ("0.0.0.0:3", "0.0.0.0", 3),
     ],
 )
-def test_split_endpoint(endpoint: str, host: str, port: object) -> None:
-    assert network.split_endpoint(endpoint) == (host, port)
+def test_parse_endpoint(endpoint: str, host: str, port: object) -> None:
+    found = network.parse_endpoint(endpoint)
+    assert (found.host, found.port) == (host, port)
 
 
 @pytest.mark.parametrize(
@@ -38,15 +42,26 @@ def test_split_endpoint(endpoint: str, host: str, port: object) -> None:
     [
         ("[fd00::1:29500", "unclosed '\\['"),
         ("[fd00::1]x", "text after '\\]'"),
-        ("fd00::1", "needs brackets"),
+        ("[node0i]:1", "in brackets is not an IPv6 address"),
+        ("fd00::1", "an IPv6 address needs brackets"),
+        ("node:1:2", "has more than one ':'"),
         (":29500", "no host"),
         ("h:70000", "port '70000'"),
         ("h:", "port ''"),
+        ("h:\u00b2", "port '\u00b2' is not an integer"),
+        ("h:\u0661\u0662\u0663", "port '\u0661\u0662\u0663' is not an integer"),
+        ("a..b:1", "empty label or a label over 63"),
+        (".:1", "empty label"),
+        ("x" * 64 + ":1", "label over 63"),
+        ("a" * 254, "host name of 254 characters"),
+        ("a b:1", "is not a host name"),
     ],
 )
-def test_split_endpoint_errors(endpoint: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        network.split_endpoint(endpoint)
+def test_parse_endpoint_errors(endpoint: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        network.parse_endpoint(endpoint)
+    text = str(info.value)
+    assert "\n" not in text and "accepted: HOST[:PORT]" in text
 
 
 @pytest.mark.parametrize(
@@ -76,14 +91,14 @@ def test_is_loopback_host(host: str, loopback: bool) -> None:
     ],
 )
 def test_rdzv_conf_round_trip(text: str, conf: dict[str, str]) -> None:
-    assert launch_args.parse_rdzv_conf(text) == conf
-    assert launch_args.parse_rdzv_conf(launch_args.format_rdzv_conf(conf)) == conf
+    assert request.read_rdzv_conf(text) == conf
+    assert request.read_rdzv_conf(request.format_rdzv_conf(conf)) == conf
 
 
 @pytest.mark.parametrize("text", ["a", "=1", "a=", "a=1,,b=2", "a=1,"])
 def test_rdzv_conf_errors(text: str) -> None:
     with pytest.raises(ConfigError, match="is not KEY=VALUE"):
-        launch_args.parse_rdzv_conf(text)
+        request.read_rdzv_conf(text)
 
 
 @pytest.mark.parametrize(
@@ -102,7 +117,7 @@ def test_rdzv_conf_errors(text: str) -> None:
     ],
 )
 def test_torch_bool(value: str, result: bool) -> None:
-    assert launch_args.parse_torch_bool("is_host", value) is result
+    assert request.torch_bool("is_host", value) is result
 
 
 @pytest.mark.parametrize(
@@ -165,10 +180,12 @@ def test_torch_bugs_by_version(version: str, python: tuple[int, int], bugs: list
         assert (bug.patch is None) != (bug.env is None), bug.label
 
 
-def test_settings_defaults() -> None:
-    s = Settings.from_env({})
-    assert s == Settings()
-    assert s.node_rank is None and s.prefer_arg_patching and not s.prefer_old_solution
+def test_settings_defaults_come_from_the_table() -> None:
+    s = Settings.defaults()
+    for var in VARIABLES:
+        assert getattr(s, var.field) == var.default, var.name
+    assert s.prefer_arg_patching and not s.prefer_old_solution and s.node_rank is None
+    assert (s.resolve_timeout, s.preflight_timeout) == (5.0, 20.0)
 
 
 def test_settings_read_everything() -> None:
@@ -176,31 +193,85 @@ def test_settings_read_everything() -> None:
         {
             "TORCHRUN_JSC_PREFER_ARG_PATCHING": "0",
             "TORCHRUN_JSC_PREFER_OLD_SOLUTION": "1",
-            "TORCHRUN_JSC_NODE_RANK": " 3 ",
+            "TORCHRUN_JSC_NODE_RANK": "3",
             "TORCHRUN_JSC_HOST_NODE_RANK": "2",
             "TORCHRUN_JSC_ADVERTISE_OWN_ADDRESS": "0",
-            "TORCHRUN_JSC_SET_SOCKET_IFNAME": "0",
-            "TORCHRUN_JSC_HOST_BY_ADDRESS": "0",
-            "TORCHRUN_JSC_FIX_TORCH_BUGS": "0",
             "TORCHRUN_JSC_RESOLVE_TIMEOUT": "0.5",
             "TORCHRUN_JSC_EXPLAIN": "json",
-            "SLURM_NODEID": "7",
         }
     )
-    assert s == Settings(
-        False, True, 3, "TORCHRUN_JSC_NODE_RANK", 2, False, False, False, False, 0.5, "json"
+    assert (s.prefer_arg_patching, s.prefer_old_solution, s.node_rank, s.host_node_rank) == (
+        False,
+        True,
+        3,
+        2,
     )
+    assert (s.advertise_own_address, s.resolve_timeout, s.explain) == (False, 0.5, "json")
 
 
 def test_empty_value_counts_as_unset() -> None:
-    s = Settings.from_env({"TORCHRUN_JSC_NODE_RANK": "", "SLURM_NODEID": "4"})
-    assert (s.node_rank, s.node_rank_source) == (4, "SLURM_NODEID")
+    s = Settings.from_env({"TORCHRUN_JSC_NODE_RANK": " ", "TORCHRUN_JSC_RESOLVE_TIMEOUT": ""})
+    assert (s.node_rank, s.resolve_timeout) == (None, 5.0)
 
 
-@pytest.mark.parametrize("value", ["-1", "nan", "inf", "x"])
-def test_resolve_timeout_rejects(value: str) -> None:
-    with pytest.raises(ConfigError, match="accepted: a number of seconds >= 0"):
-        Settings.from_env({"TORCHRUN_JSC_RESOLVE_TIMEOUT": value})
+@pytest.mark.parametrize(
+    ("value", "meaning"),
+    [
+        ("1", True),
+        ("0", False),
+        ("2", True),
+        ("-1", True),
+        (" 1 ", True),
+        ("00", False),
+        ("1_0", True),
+        ("true", True),
+        ("False", False),
+        ("YES", True),
+        ("no", False),
+        ("on", True),
+        ("off", False),
+    ],
+)
+def test_switches_accept_every_value_the_original_accepted(value: str, meaning: bool) -> None:
+    """The original torchrun_jsc read its switches with bool(int(value))."""
+    s = Settings.from_env({"TORCHRUN_JSC_PREFER_OLD_SOLUTION": value})
+    assert s.prefer_old_solution is meaning
+
+
+@pytest.mark.parametrize("value", ["maybe", "1.0", "0x1", "y", "t"])
+def test_switches_reject_the_rest(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"TORCHRUN_JSC_PREFER_OLD_SOLUTION=.* is not valid"):
+        Settings.from_env({"TORCHRUN_JSC_PREFER_OLD_SOLUTION": value})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TORCHRUN_JSC_RESOLVE_TIMEOUT", "-1"),
+        ("TORCHRUN_JSC_RESOLVE_TIMEOUT", "nan"),
+        ("TORCHRUN_JSC_RESOLVE_TIMEOUT", "inf"),
+        ("TORCHRUN_JSC_RESOLVE_TIMEOUT", "x"),
+        ("TORCHRUN_JSC_RESOLVE_TIMEOUT", "1e10"),
+        ("TORCHRUN_JSC_RESOLVE_TIMEOUT", "\u0661"),
+        ("TORCHRUN_JSC_PREFLIGHT_TIMEOUT", "1e10"),
+        ("TORCHRUN_JSC_PREFLIGHT_TIMEOUT", "0"),
+        ("TORCHRUN_JSC_NODE_RANK", "1000001"),
+        ("TORCHRUN_JSC_NODE_RANK", "\u00b2"),
+        ("TORCHRUN_JSC_HOST_NODE_RANK", "+1"),
+        ("TORCHRUN_JSC_HOST_SUFFIX", ".."),
+        ("TORCHRUN_JSC_HOST_SUFFIX", "x" * 70),
+    ],
+)
+def test_numbers_and_lists_have_bounds(name: str, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({name: value})
+    message = str(info.value)
+    assert message.startswith(f"{name}=") and "; accepted: " in message and "\n" not in message
+
+
+def test_explain_and_preflight_together_are_refused() -> None:
+    with pytest.raises(ConfigError, match="both set; accepted: one of them"):
+        Settings.from_env({"TORCHRUN_JSC_EXPLAIN": "text", "TORCHRUN_JSC_PREFLIGHT": "1"})
 
 
 def test_every_variable_is_documented_in_the_readme() -> None:

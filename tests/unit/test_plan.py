@@ -8,9 +8,11 @@ import pytest
 
 from torchrun_jsc.errors import ConfigError, UnsupportedTorchError
 from torchrun_jsc.facts import NodeFacts
-from torchrun_jsc.plan import Plan, endpoint_host, make_plan
+from torchrun_jsc.plan import Plan
 
 from .layouts import ib, ib6, mgmt, node
+from .planning import plan as planned
+from .planning import request
 
 SCRIPT = ["train.py", "--lr", "0.1"]
 JSC = [
@@ -54,7 +56,7 @@ def plan(
     version: str = "2.13.0",
     facts: Optional[NodeFacts] = None,
 ) -> Plan:
-    return make_plan(argv, env or {}, version, facts or node(0))
+    return planned(argv, env, version, facts)
 
 
 def patch_names(p: Plan) -> Tuple[str, ...]:
@@ -281,7 +283,7 @@ def test_left_untouched(argv: list[str]) -> None:
     p = plan(argv, env={"SLURM_NODEID": "0"})
     assert p.argv == tuple(argv)
     assert not p.changes_anything
-    assert endpoint_host(argv, {}) is None
+    assert request(argv).lookup_host is None
 
 
 def test_endpoint_name_resolving_to_loopback_only_is_untouched() -> None:
@@ -376,7 +378,7 @@ def test_torchrun_jsc_node_rank_wins_over_slurm() -> None:
     ("endpoint", "addresses"),
     [
         ("10.78.0.10:29500", (ib(0),)),
-        ("[fd00:78::a]:29500", (ib6(0),)),
+        ("[fd00:78::10]:29500", (ib6(0),)),
         ("node0i6:29500", (ib6(0),)),
         ("node0i:29500", (ib6(0), ib(0))),
     ],
@@ -398,7 +400,7 @@ def test_ip_and_ipv6_endpoints(endpoint: str, addresses: Tuple[str, ...], this_n
 
 def test_endpoint_host_strips_ipv6_brackets() -> None:
     argv = ["--rdzv_backend=c10d", "--rdzv_endpoint=[fd00:78::a]:29500", *SCRIPT]
-    assert endpoint_host(argv, {}) == "fd00:78::a"
+    assert request(argv).lookup_host == "fd00:78::a"
 
 
 @pytest.mark.parametrize("variable", ["GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"])
@@ -458,19 +460,19 @@ def test_prefer_arg_patching_off_patches_host_matcher(this_node: int) -> None:
     ("env", "argv", "message"),
     [
         (
-            {"TORCHRUN_JSC_PREFER_ARG_PATCHING": "yes"},
+            {"TORCHRUN_JSC_PREFER_ARG_PATCHING": "maybe"},
             JSC,
-            r"^TORCHRUN_JSC_PREFER_ARG_PATCHING='yes' is not valid; accepted: 0 or 1$",
+            r"^TORCHRUN_JSC_PREFER_ARG_PATCHING='maybe' is not valid; accepted: 0 or 1 ",
         ),
         (
             {"TORCHRUN_JSC_NODE_RANK": "abc"},
             JSC,
-            r"^TORCHRUN_JSC_NODE_RANK='abc' is not valid; accepted: an integer >= 0$",
+            r"^TORCHRUN_JSC_NODE_RANK='abc' is not valid; accepted: an integer in 0..1000000$",
         ),
         (
             {"TORCHRUN_JSC_HOST_NODE_RANK": "-1"},
             JSC,
-            r"^TORCHRUN_JSC_HOST_NODE_RANK='-1' is not valid; accepted: an integer >= 0$",
+            r"^TORCHRUN_JSC_HOST_NODE_RANK='-1' is not valid; accepted: an integer in 0..1000000$",
         ),
         ({"SLURM_NODEID": "x1"}, JSC, r"^SLURM_NODEID='x1' is not valid"),
         ({"TORCHRUN_JSC_RESOLVE_TIMEOUT": "soon"}, JSC, r"TORCHRUN_JSC_RESOLVE_TIMEOUT='soon'"),
@@ -568,4 +570,4 @@ def test_torch_2_5_shared_store_opt_out_respects_the_user() -> None:
 def test_bad_is_host_is_reported_before_look_ups_even_for_a_loopback_endpoint() -> None:
     argv = ["--rdzv_backend=c10d", "--rdzv_endpoint=localhost:1", "--rdzv_conf=is_host=2", *SCRIPT]
     with pytest.raises(ConfigError, match="is_host='2' is not valid"):
-        endpoint_host(argv, {})
+        request(argv)

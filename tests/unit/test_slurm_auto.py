@@ -6,11 +6,14 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from torchrun_jsc import launch_args
 from torchrun_jsc.errors import ConfigError
-from torchrun_jsc.plan import Plan, ifname_selects, make_plan, nnodes_range
+from torchrun_jsc.guards import ifname_selects
+from torchrun_jsc.plan import Plan
+from torchrun_jsc.torch_cli import CommandLine, Parsed
 
 from .layouts import ib, node
+from .planning import plan as planned
+from .planning import request
 
 SCRIPT = ["train.py", "--lr", "0.1"]
 
@@ -37,7 +40,7 @@ def plan(
     argv: List[str], env: Dict[str, str], node_id: int = 1, endpoint: Optional[str] = None
 ) -> Plan:
     host = endpoint or "node0i"
-    return make_plan(argv, env, "2.13.0", node(node_id, host, (ib(0),)))
+    return planned(argv, env, "2.13.0", node(node_id, host, (ib(0),)))
 
 
 # ----------------------------------------------------------------------------- given options
@@ -56,13 +59,15 @@ def plan(
     ids=["none", "space", "dashes-default-value", "abbreviated", "pet", "flag"],
 )
 def test_given_options(argv: List[str], env: Dict[str, str], given: set[str]) -> None:
-    found = launch_args.given_options(argv, env)
-    assert found is not None
-    assert found - {"training_script", "training_script_args"} == given
+    found = CommandLine(env).parse(argv)
+    assert isinstance(found, Parsed)
+    assert found.given - {"training_script", "training_script_args"} == given
 
 
-def test_given_options_none_on_usage_error() -> None:
-    assert launch_args.given_options(["--bogus", *SCRIPT], {}) is None
+def test_usage_error_is_torchruns_stop() -> None:
+    found = CommandLine({}).parse(["--bogus", *SCRIPT])
+    assert not isinstance(found, Parsed)
+    assert found.code == 2 and "unrecognized arguments: --bogus" in found.text
 
 
 # ----------------------------------------------------------------------------- auto-configuration
@@ -140,9 +145,39 @@ def test_bad_suffix(value: str) -> None:
         plan(SCRIPT, {"TORCHRUN_JSC_HOST_SUFFIX": value})
 
 
-def test_bad_slurm_variable_is_a_config_error() -> None:
+def test_bad_slurm_variable_is_a_config_error_when_used() -> None:
     with pytest.raises(ConfigError, match="SLURM_STEP_NODELIST"):
-        plan(SCRIPT, step_env(SLURM_STEP_NODELIST="node[3-1]"))
+        plan(SCRIPT, step_env(SLURM_STEP_NODELIST="node[3-1]", TORCHRUN_JSC_SLURM_AUTO="1"))
+    with pytest.raises(ConfigError, match="SLURM_NODEID"):
+        plan(MULTI, step_env(SLURM_NODEID="x"))
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [{"SLURM_JOB_NODELIST": "a,,b", "SLURM_STEP_NODELIST": "a,,b"}, {"SLURM_NODEID": "abc"}],
+    ids=["nodelist", "nodeid"],
+)
+def test_unrelated_broken_slurm_variables_never_stop_an_untouched_launch(
+    broken: Dict[str, str],
+) -> None:
+    p = plan(["--standalone", *SCRIPT], step_env(**broken))
+    assert p.refusal is None and p.argv[-3:] == tuple(SCRIPT)
+    assert any("Slurm launch checks skipped" in w for w in p.warnings)
+
+
+def test_auto_without_a_nodelist_in_a_multi_node_step_is_an_error() -> None:
+    env = step_env(TORCHRUN_JSC_SLURM_AUTO="1")
+    del env["SLURM_STEP_NODELIST"], env["SLURM_JOB_NODELIST"]
+    with pytest.raises(ConfigError, match="cannot choose --rdzv_endpoint: SLURM_STEP_NODELIST"):
+        plan(SCRIPT, env)
+
+
+@pytest.mark.parametrize("suffix", ["..", "x" * 60, "-" + "x" * 62])
+def test_auto_endpoint_must_be_a_host_name(suffix: str) -> None:
+    env = step_env(TORCHRUN_JSC_SLURM_AUTO="1", TORCHRUN_JSC_HOST_SUFFIX=suffix)
+    with pytest.raises(ConfigError) as info:
+        plan(SCRIPT, env)
+    assert "\n" not in str(info.value)
 
 
 # ----------------------------------------------------------------------------- guards
@@ -151,12 +186,11 @@ MULTI = ["--nnodes=4", "--rdzv_backend=c10d", "--rdzv_endpoint=node0i:29500", *S
 
 
 def test_guard_several_tasks_per_node_stops() -> None:
-    with pytest.raises(
-        ConfigError,
-        match=r"^2 Slurm tasks on this node would each start a "
-        r"torchrun agent; start one task per node \(srun --ntasks-per-node=1\)",
-    ):
-        plan(MULTI, step_env(tasks="2(x4)"))
+    p = plan(MULTI, step_env(tasks="2(x4)"))
+    assert p.refusal is not None and p.refusal.startswith(
+        "2 Slurm tasks on this node would each start a torchrun agent; start one task per node"
+        " (srun --ntasks-per-node=1)"
+    )
 
 
 def test_guard_several_tasks_per_node_warns_when_asked() -> None:
@@ -167,8 +201,8 @@ def test_guard_several_tasks_per_node_warns_when_asked() -> None:
 def test_guard_outside_srun_in_multi_node_allocation_stops() -> None:
     env = step_env()
     del env["SLURM_STEP_ID"], env["SLURM_STEP_NUM_NODES"], env["SLURM_STEP_NODELIST"]
-    with pytest.raises(ConfigError, match="started outside srun in a 4-node allocation"):
-        plan(MULTI, env)
+    refusal = plan(MULTI, env).refusal
+    assert refusal is not None and "started outside srun in a 4-node allocation" in refusal
 
 
 @pytest.mark.parametrize(
@@ -212,14 +246,19 @@ def test_guard_user_gloo_ifname_on_wrong_network() -> None:
     assert "GLOO_SOCKET_IFNAME" not in dict(p.env)
 
 
-@pytest.mark.parametrize(("text", "result"), [("4", (4, 4)), ("2:8", (2, 8)), ("x", None)])
-def test_nnodes_range(text: str, result: object) -> None:
-    assert nnodes_range(text) == result
+@pytest.mark.parametrize(("text", "result"), [("4", (4, 4)), ("2:8", (2, 8))])
+def test_nnodes_as_torch_reads_it(text: str, result: object) -> None:
+    options = request([f"--nnodes={text}", *SCRIPT]).options
+    assert options is not None and (options.min_nodes, options.max_nodes) == result
 
 
-def test_endpoint_host_sees_the_auto_configured_endpoint() -> None:
-    from torchrun_jsc.plan import endpoint_host
+@pytest.mark.parametrize("text", ["x", "0", "3:2", "1:2:3", "-1"])
+def test_nnodes_torch_would_reject_is_one_line(text: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^--nnodes='{text}' is not valid"):
+        request([f"--nnodes={text}", *SCRIPT])
 
+
+def test_lookup_host_is_the_auto_configured_endpoint() -> None:
     env = step_env(TORCHRUN_JSC_SLURM_AUTO="1", TORCHRUN_JSC_HOST_SUFFIX="i")
-    assert endpoint_host(SCRIPT, env) == "node0i"
-    assert endpoint_host(SCRIPT, step_env()) is None
+    assert request(SCRIPT, env).lookup_host == "node0i"
+    assert request(SCRIPT, step_env()).lookup_host is None

@@ -1,0 +1,315 @@
+"""The request: the command line and the environment, read and validated once.
+
+:func:`read_request` is the only caller of torch's parser and the only place that validates
+input. It returns a :class:`Request` holding everything the plan needs; the plan
+(:func:`torchrun_jsc.plan.make_plan`) then needs no parser and reads no environment. Bad input
+raises :class:`~torchrun_jsc.errors.ConfigError` with one line; input a launch does not use
+(a broken ``SLURM_*`` variable under ``--standalone``) is never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+
+from . import autoconfig
+from .errors import ConfigError
+from .network import Endpoint, parse_endpoint
+from .settings import Settings
+from .slurm import SlurmStep
+from .torch_cli import CommandLine, Parsed, Stop, TorchCli
+
+#: Variables of other tools the plan consults (it reads nothing else of the environment).
+CONSULTED = (
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
+)
+#: torch's c10d rendezvous defaults (rendezvous/dynamic_rendezvous.py, c10d_rendezvous_backend.py).
+DEFAULT_JOIN_TIMEOUT = 600
+DEFAULT_READ_TIMEOUT = 60
+#: Rendezvous keys torch reads as integers (seconds).
+_INT_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout")
+#: Keys the c10d rendezvous silently ignores, with the key to use instead.
+IGNORED_RDZV_KEYS = {"timeout": "join_timeout (and read_timeout for the store)"}
+TORCH_TRUE = frozenset({"1", "true", "t", "yes", "y"})
+TORCH_FALSE = frozenset({"0", "false", "f", "no", "n"})
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The torchrun options the plan needs, as torchrun will see them (after Slurm
+    auto-configuration)."""
+
+    standalone: bool
+    rdzv_backend: str
+    rdzv_endpoint: str
+    rdzv_conf: str
+    #: None when not given (or when this torch has no ``--local_addr``).
+    local_addr: Optional[str]
+    nnodes: str
+    min_nodes: int
+    max_nodes: int
+    nproc_per_node: str
+    rdzv_id: str
+    max_restarts: int
+    #: ``--node_rank`` when given explicitly.
+    node_rank: Optional[int]
+    #: ``--signals-to-handle`` (torch 2.10+), when this torch has it.
+    signals_to_handle: Optional[str]
+    #: Options (argparse ``dest`` names) given on the command line or by ``PET_*``.
+    given: FrozenSet[str]
+
+    @property
+    def multi_node(self) -> bool:
+        """More than one node may join."""
+        return not self.standalone and self.max_nodes > 1
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything the plan needs from the command line and the environment, validated."""
+
+    argv: Tuple[str, ...]
+    settings: Settings
+    slurm: Optional[SlurmStep]
+    #: torchrun stops by itself on this command line (``--help``, a usage error).
+    stop: Optional[Stop] = None
+    #: ``--version`` given among the launcher's own options.
+    version_requested: bool = False
+    #: None exactly when ``stop`` is set.
+    options: Optional[LaunchOptions] = None
+    #: Where added options go in ``argv`` (after the user's options, before the script).
+    insert_at: int = 0
+    auto: Optional[autoconfig.AutoArgs] = None
+    #: Things noticed while reading that the plan reports as warnings.
+    notes: Tuple[str, ...] = ()
+    #: The rendezvous configuration (c10d), checked as torch would check it.
+    rdzv_conf: Tuple[Tuple[str, str], ...] = ()
+    endpoint: Optional[Endpoint] = None
+    #: Why torchrun_jsc leaves the rendezvous alone (None: it fixes it).
+    untouched: Optional[str] = None
+    node_rank: Optional[int] = None
+    node_rank_source: Optional[str] = None
+    #: The values of :data:`CONSULTED` variables that are set.
+    environment: Tuple[Tuple[str, str], ...] = ()
+
+    def env(self, name: str) -> str:
+        """A consulted variable's value ('' when unset)."""
+        assert name in CONSULTED, name
+        return dict(self.environment).get(name, "")
+
+    @property
+    def conf(self) -> Dict[str, str]:
+        """The rendezvous configuration as a dict."""
+        return dict(self.rdzv_conf)
+
+    def conf_seconds(self, key: str) -> int:
+        """An integer rendezvous timeout, torch's default when not given."""
+        default = {"join_timeout": DEFAULT_JOIN_TIMEOUT, "read_timeout": DEFAULT_READ_TIMEOUT}
+        return int(self.conf.get(key, default.get(key, 0)))
+
+    @property
+    def lookup_host(self) -> Optional[str]:
+        """The endpoint host whose addresses the plan needs (None: no look-up)."""
+        if self.untouched is not None or self.endpoint is None:
+            return None
+        return self.endpoint.host
+
+
+def read_request(
+    argv: Sequence[str], env: Mapping[str, str], cli: Optional[TorchCli] = None
+) -> Request:
+    """Read and validate the request; raises :class:`ConfigError` for bad input."""
+    settings = Settings.from_env(env)
+    step = SlurmStep.from_env(env)
+    command = CommandLine(env, cli)
+    environment = tuple((k, env[k]) for k in CONSULTED if env.get(k, "").strip())
+    base = Request(argv=tuple(argv), settings=settings, slurm=step, environment=environment)
+    first = command.parse(argv)
+    if isinstance(first, Stop):
+        return _replace(base, stop=first)
+    notes: List[str] = []
+    auto, filled = _auto_configure(command, argv, first, settings, step, notes)
+    options = _options(command, filled)
+    untouched = _untouched(options)
+    conf: Dict[str, str] = {}
+    endpoint: Optional[Endpoint] = None
+    if options.rdzv_backend == "c10d" and not options.standalone:
+        conf = read_rdzv_conf(options.rdzv_conf)
+        if options.rdzv_endpoint:
+            endpoint = parse_endpoint(options.rdzv_endpoint)
+            _check_multi_node_endpoint(endpoint, options)
+    if untouched is None and endpoint is not None and endpoint.is_loopback:
+        untouched = f"endpoint {endpoint.host} is this machine's loopback"
+    node_rank, source = _node_rank(settings, options, step, needed=untouched is None)
+    if untouched is None and step is not None:
+        step.need("tasks_per_node", "num_nodes")
+    return _replace(
+        base,
+        version_requested=first.version_requested,
+        options=options,
+        insert_at=first.insert_at,
+        auto=auto,
+        notes=tuple(notes),
+        rdzv_conf=tuple(conf.items()),
+        endpoint=endpoint,
+        untouched=untouched,
+        node_rank=node_rank,
+        node_rank_source=source,
+    )
+
+
+def _replace(request: Request, **changes: object) -> Request:
+    from dataclasses import replace
+
+    return replace(request, **changes)  # type: ignore[arg-type]
+
+
+def _auto_configure(
+    command: CommandLine,
+    argv: Sequence[str],
+    parsed: Parsed,
+    settings: Settings,
+    step: Optional[SlurmStep],
+    notes: List[str],
+) -> Tuple[Optional[autoconfig.AutoArgs], Parsed]:
+    """Slurm auto-configuration: the arguments it adds and the command line with them."""
+    if not settings.slurm_auto:
+        return None, parsed
+    if step is None or not step.in_step:
+        notes.append("TORCHRUN_JSC_SLURM_AUTO=1 outside a Slurm step (srun): nothing filled in")
+        return None, parsed
+    backend = str(parsed.values.get("rdzv_backend") or "")
+    auto = autoconfig.slurm_args(step, parsed.given, backend, settings.host_suffix)
+    if not auto.args:
+        return auto, parsed
+    at = parsed.insert_at
+    filled = command.parse([*argv[:at], *auto.args, *argv[at:]])
+    if not isinstance(filled, Parsed) or any(
+        filled.values.get(dest) != value for dest, value in auto.values
+    ):
+        raise ConfigError(  # pragma: no cover - insert_at was proven by a probe
+            f"torchrun does not take the auto-configured options {' '.join(auto.args)} here"
+        )
+    return auto, filled
+
+
+def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
+    values = parsed.values
+    nnodes = str(values.get("nnodes", "1:1"))
+    try:
+        low, high = command.cli.nnodes(nnodes)
+    except (ValueError, RuntimeError) as exc:
+        raise ConfigError(
+            f"--nnodes={nnodes!r} is not valid ({exc}); accepted: N or MIN:MAX, integers"
+        ) from None
+    if not 0 < low <= high:
+        raise ConfigError(
+            f"--nnodes={nnodes!r} is not valid; accepted: N or MIN:MAX with 0 < MIN <= MAX"
+        )
+    restarts = values.get("max_restarts", 0)
+    if not isinstance(restarts, int) or restarts < 0:
+        raise ConfigError(f"--max_restarts={restarts!r} is not valid; accepted: an integer >= 0")
+    node_rank = values.get("node_rank") if "node_rank" in parsed.given else None
+    return LaunchOptions(
+        standalone=bool(values.get("standalone", False)),
+        rdzv_backend=str(values.get("rdzv_backend", "static") or ""),
+        rdzv_endpoint=str(values.get("rdzv_endpoint", "") or ""),
+        rdzv_conf=str(values.get("rdzv_conf", "") or ""),
+        local_addr=values.get("local_addr") or None,
+        nnodes=nnodes,
+        min_nodes=low,
+        max_nodes=high,
+        nproc_per_node=str(values.get("nproc_per_node", "1")),
+        rdzv_id=str(values.get("rdzv_id", "none")),
+        max_restarts=restarts,
+        node_rank=node_rank if isinstance(node_rank, int) and node_rank >= 0 else None,
+        signals_to_handle=values.get("signals_to_handle"),
+        given=parsed.given,
+    )
+
+
+def _untouched(options: LaunchOptions) -> Optional[str]:
+    """Why the rendezvous is left as torch does it, or None when torchrun_jsc fixes it."""
+    if options.standalone:
+        return "--standalone runs on this node only"
+    if options.rdzv_backend != "c10d":
+        return f"backend {options.rdzv_backend!r} is not c10d"
+    if not options.rdzv_endpoint:
+        return "no --rdzv_endpoint: torch uses localhost"
+    return None
+
+
+def _check_multi_node_endpoint(endpoint: Endpoint, options: LaunchOptions) -> None:
+    if not options.multi_node or endpoint.is_loopback:
+        return
+    accepted = "the name or address of the node that hosts the rendezvous, with a port"
+    if endpoint.is_wildcard:
+        raise ConfigError(
+            f"--rdzv_endpoint {endpoint.text!r}: a wildcard address names no node, so every node"
+            f" would host and advertise it; accepted: {accepted}"
+        )
+    if endpoint.port == 0:
+        raise ConfigError(
+            f"--rdzv_endpoint {endpoint.text!r}: port 0 lets the host pick a port nobody else"
+            f" knows; accepted: {accepted} in 1..65535"
+        )
+
+
+def _node_rank(
+    settings: Settings, options: LaunchOptions, step: Optional[SlurmStep], needed: bool
+) -> Tuple[Optional[int], Optional[str]]:
+    if settings.node_rank is not None:
+        return settings.node_rank, "TORCHRUN_JSC_NODE_RANK"
+    if options.node_rank is not None:
+        return options.node_rank, "--node_rank"
+    if step is None:
+        return None, None
+    if needed:
+        step.need("node_id")
+    if step.node_id is not None:
+        return step.node_id, "SLURM_NODEID"
+    return None, None
+
+
+def read_rdzv_conf(text: str) -> Dict[str, str]:
+    """``k1=v1,k2=v2`` as torch reads it (last duplicate wins), with the values torch reads as
+    booleans and integers checked; raises :class:`ConfigError`."""
+    conf: Dict[str, str] = {}
+    if not text.strip():
+        return conf
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not key or not sep or not value:
+            raise ConfigError(
+                f"--rdzv_conf {text!r}: {item.strip()!r} is not KEY=VALUE; "
+                "accepted: KEY=VALUE pairs separated by commas, no empty key or value"
+            )
+        conf[key] = value
+    if "is_host" in conf:
+        torch_bool("is_host", conf["is_host"])
+    for key in _INT_KEYS:
+        if key in conf and not (conf[key].isascii() and conf[key].isdigit()):
+            raise ConfigError(
+                f"--rdzv_conf {key}={conf[key]!r} is not valid; accepted: whole seconds >= 0"
+            )
+    return conf
+
+
+def format_rdzv_conf(conf: Mapping[str, str]) -> str:
+    """The inverse of :func:`read_rdzv_conf`."""
+    return ",".join(f"{k}={v}" for k, v in conf.items())
+
+
+def torch_bool(key: str, value: str) -> bool:
+    """A rendezvous boolean as torch's ``get_as_bool`` reads it, or ConfigError."""
+    low = value.strip().lower()
+    if low in TORCH_TRUE:
+        return True
+    if low in TORCH_FALSE:
+        return False
+    raise ConfigError(
+        f"--rdzv_conf {key}={value!r} is not valid; accepted: 1/0, true/false, t/f, yes/no, y/n"
+    )
