@@ -10,9 +10,13 @@ that a changed body shows up as a changed fingerprint, but the text itself is
 not stored.
 
 Must run on every torch from 1.13 (Python 3.11) onwards, so it sticks to the
-standard library plus torch and avoids newer syntax.
+standard library plus torch and avoids newer syntax (it must stay Python 3.9-compatible:
+annotations are never evaluated, thanks to the ``__future__`` import).
 """
 
+from __future__ import annotations
+
+import argparse
 import dataclasses
 import hashlib
 import importlib
@@ -21,6 +25,7 @@ import json
 import os
 import platform
 import sys
+from typing import Any, Callable, Dict, List, Union
 
 # "module:qualified.name" of objects recorded beyond the patches' own CHECKS: the parser (its
 # options and PET_* variables) and torch internals the plan reasons about.
@@ -33,7 +38,7 @@ EXTRA_TARGETS = [
 ]
 
 
-def targets(src):
+def targets(src: str) -> List[str]:
     """Every internal some torchrun_jsc patch declares in CHECKS (read from the project source
     at ``src``), then EXTRA_TARGETS: one home for the list, the patch modules."""
     sys.path.insert(0, src)
@@ -42,7 +47,7 @@ def targets(src):
     found = []
     for name in patches.NAMES:
         for check in patches.checks_of(name):
-            spec = "%s:%s" % (check.module, check.target)
+            spec = f"{check.module}:{check.target}"
             if spec not in found:
                 found.append(spec)
     return found + [t for t in EXTRA_TARGETS if t not in found]
@@ -53,7 +58,7 @@ def targets(src):
 ENV_PROBE_VALUE = "7"
 
 
-def _sha256(obj):
+def _sha256(obj: Any) -> Union[str, None]:
     try:
         text = inspect.getsource(obj)
     except (OSError, TypeError):
@@ -61,7 +66,7 @@ def _sha256(obj):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _signature(obj):
+def _signature(obj: Any) -> Union[List[Dict[str, str]], Dict[str, str]]:
     """Parameters in order: name, kind and repr of the default (if any)."""
     try:
         sig = inspect.signature(obj)
@@ -76,7 +81,7 @@ def _signature(obj):
     return params
 
 
-def _kind(owner, name, obj):
+def _kind(owner: object, name: str, obj: object) -> str:
     """What the attribute is, seen from its owner (class attribute or module global)."""
     if inspect.isclass(owner):
         raw = inspect.getattr_static(owner, name)
@@ -95,14 +100,14 @@ def _kind(owner, name, obj):
     return type(obj).__name__
 
 
-def _clean_env():
+def _clean_env() -> None:
     """Drop PET_* so that the caller's environment cannot change parser defaults."""
     for key in list(os.environ):
         if key.startswith("PET_"):
             del os.environ[key]
 
 
-def _parser_facts(get_args_parser):
+def _parser_facts(get_args_parser: Callable[[], argparse.ArgumentParser]) -> Dict[str, Any]:
     _clean_env()
     parser = get_args_parser()
     baseline = {id(a): a.default for a in parser._actions}
@@ -117,7 +122,7 @@ def _parser_facts(get_args_parser):
     finally:
         _clean_env()
 
-    actions = []
+    actions: List[Dict[str, Any]] = []
     for a in parser._actions:
         reads_env = probed.get(a.dest) != baseline[id(a)]
         actions.append(
@@ -137,11 +142,11 @@ def _parser_facts(get_args_parser):
     }
 
 
-def probe(spec):
+def probe(spec: str) -> Dict[str, Any]:
     modname, qualname = spec.split(":")
-    facts = {"module": modname, "qualname": qualname}
+    facts: Dict[str, Any] = {"module": modname, "qualname": qualname}
     try:
-        obj = importlib.import_module(modname)
+        obj: Any = importlib.import_module(modname)
     except Exception as exc:  # any import problem is a fact worth recording
         facts.update(exists=False, missing=f"import failed: {type(exc).__name__}: {exc}")
         return facts
@@ -156,7 +161,7 @@ def probe(spec):
         last = part
     facts["exists"] = True
     facts["kind"] = _kind(owner, last, obj)
-    facts["defined_in"] = "%s:%s" % (
+    facts["defined_in"] = "{}:{}".format(
         getattr(obj, "__module__", None),
         getattr(obj, "__qualname__", None),
     )
@@ -177,7 +182,7 @@ def probe(spec):
     return facts
 
 
-def main():
+def main() -> None:
     _clean_env()
     import torch
 
