@@ -6,8 +6,11 @@ Topology (``P`` = prefix, ``N`` = number of nodes, ``i`` = node index)::
     P{i}m --- bridge PmgmtA (nodes 0..N/2-1) | bridge PmgmtB (nodes N/2..N-1)   10.77.0.0/16
     P{i}i --- bridge Pib (all nodes + ctl)                          10.78.0.0/16, fd00:78::/64
 
-    netns Pnode{i}  hostname node{i}: mgmt 10.77.0.(10+i), ib 10.78.0.(10+i) + fd00:78::(10+i)
-    netns Pctl      hostname ctl:     ib 10.78.0.100 + fd00:78::100; slurmctld; login node
+    netns Pnode{i}  hostname node{i}: mgmt 10.77.0.(B+i), ib 10.78.0.(B+i) + fd00:78::(B+i)
+    netns Pctl      hostname ctl:     ib 10.78.0.250 + fd00:78::250; slurmctld; login node
+
+``B`` is ``ib_base`` (default 10, at most 249 - N + 1); the IPv6 group repeats the decimal
+digits. The controller's .250 lies above every possible node address.
 
 Names (per-namespace ``/etc/netns/<ns>/hosts``): ``node{i}`` -> mgmt IPv4, ``node{i}i`` -> ib
 IPv4, ``node{i}i6`` -> ib IPv6, ``ctl``. The two mgmt cells are L2-isolated, so node0's mgmt
@@ -45,7 +48,9 @@ MGMT_NET = "10.77.0.0/16"
 IB_NET = "10.78.0.0/16"
 IB6_NET = "fd00:78::/64"
 SUBNETS = (MGMT_NET, IB_NET, IB6_NET)
-CTL_HOST_INDEX = 100
+IB_BASE = 10  # default host number of node0 (node i is .(IB_BASE+i))
+MAX_HOST_INDEX = 249  # highest node host number; the controller is above every node
+CTL_HOST_INDEX = 250
 MAX_NODES = 64
 WORKDIR_PREFIX = "trjsc-cluster-"
 STATE_FILE = "state.json"
@@ -59,19 +64,23 @@ class ClusterError(RuntimeError):
     """The cluster could not be brought up or is in use by someone else."""
 
 
-def mgmt_ip(i: int) -> str:
+def mgmt_ip(i: int, base: int = IB_BASE) -> str:
     """Management IPv4 address of node ``i`` (hostname ``node{i}``)."""
-    return f"10.77.0.{10 + i}"
+    return f"10.77.0.{base + i}"
 
 
-def ib_ip(i: int) -> str:
+def ib_ip(i: int, base: int = IB_BASE) -> str:
     """InfiniBand IPv4 address of node ``i`` (name ``node{i}i``)."""
-    return f"10.78.0.{10 + i}"
+    return f"10.78.0.{base + i}"
 
 
-def ib_ip6(i: int) -> str:
-    """InfiniBand IPv6 address of node ``i`` (name ``node{i}i6``); the digits mirror IPv4."""
-    return f"fd00:78::{10 + i}"
+def ib_ip6(i: int, base: int = IB_BASE) -> str:
+    """InfiniBand IPv6 address of node ``i`` (name ``node{i}i6``).
+
+    The last group is the IPv4 host number's decimal digits read as hex text (``.98`` ->
+    ``::98``, ``.100`` -> ``::100``), so the two addresses look alike.
+    """
+    return f"fd00:78::{base + i}"
 
 
 CTL_IP = f"10.78.0.{CTL_HOST_INDEX}"
@@ -208,7 +217,10 @@ class Cluster:
     records it as :attr:`python`). ``auth`` is ``"none"`` (no munge needed) or ``"munge"``.
     ``workdir`` (default: a fresh ``/tmp/trjsc-cluster-*``) holds slurm.conf, logs, state,
     job output and the per-node ``TMPDIR`` (``tmp/node{i}``); it is removed by :meth:`down`
-    unless ``keep_logs`` (default: env ``TRJSC_KEEP_CLUSTER_LOGS=1``).
+    unless ``keep_logs`` (default: env ``TRJSC_KEEP_CLUSTER_LOGS=1``). ``ib_base`` is the
+    host number of node0's addresses (node ``i`` gets ``10.78.0.(ib_base+i)``); with
+    ``ib_base=98`` and 4 nodes the IB addresses cross from two to three digits, so their
+    string order differs from the node order.
     """
 
     def __init__(
@@ -219,6 +231,7 @@ class Cluster:
         python: Optional[Path] = None,
         auth: str = "none",
         keep_logs: Optional[bool] = None,
+        ib_base: int = IB_BASE,
     ) -> None:
         if not _PREFIX_RE.match(prefix):
             raise ValueError(f"prefix must match {_PREFIX_RE.pattern}: {prefix!r}")
@@ -226,7 +239,13 @@ class Cluster:
             raise ValueError(f"nodes must be in 1..{MAX_NODES}")
         if auth not in ("none", "munge"):
             raise ValueError("auth must be 'none' or 'munge'")
+        if ib_base < 1 or ib_base + nodes - 1 > MAX_HOST_INDEX:
+            raise ValueError(
+                f"ib_base must be >= 1 and ib_base + nodes - 1 <= {MAX_HOST_INDEX} "
+                f"(got ib_base={ib_base}, nodes={nodes})"
+            )
         self.nodes = nodes
+        self.ib_base = ib_base
         self.prefix = prefix
         self.python = Path(python or sys.executable)
         self.auth = auth
@@ -265,11 +284,23 @@ class Cluster:
         """TMPDIR of node ``i`` (set for node_exec and, via TaskProlog, for Slurm tasks)."""
         return self._wd / "tmp" / f"node{i}"
 
+    def mgmt_ip(self, i: int) -> str:
+        """Management IPv4 address of node ``i`` (hostname ``node{i}``), honouring ib_base."""
+        return mgmt_ip(i, self.ib_base)
+
+    def ib_ip(self, i: int) -> str:
+        """IB IPv4 address of node ``i`` (name ``node{i}i``), honouring ib_base."""
+        return ib_ip(i, self.ib_base)
+
+    def ib_ip6(self, i: int) -> str:
+        """IB IPv6 address of node ``i`` (name ``node{i}i6``), honouring ib_base."""
+        return ib_ip6(i, self.ib_base)
+
     def ib_names(self) -> set[str]:
         """Every name and address on the IB network (valid values for MASTER_ADDR)."""
         names = {CTL_IP, CTL_IP6}
         for i in range(self.nodes):
-            names |= {f"node{i}i", f"node{i}i6", ib_ip(i), ib_ip6(i)}
+            names |= {f"node{i}i", f"node{i}i6", self.ib_ip(i), self.ib_ip6(i)}
         return names
 
     @property
@@ -285,9 +316,9 @@ class Cluster:
         lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
         for i in range(self.nodes):
             lines += [
-                f"{mgmt_ip(i)} node{i}",
-                f"{ib_ip(i)} node{i}i",
-                f"{ib_ip6(i)} node{i}i6",
+                f"{self.mgmt_ip(i)} node{i}",
+                f"{self.ib_ip(i)} node{i}i",
+                f"{self.ib_ip6(i)} node{i}i6",
             ]
         lines += [f"{CTL_IP} ctl", f"{CTL_IP6} ctl6"]
         return "\n".join(lines) + "\n"
@@ -315,6 +346,7 @@ class Cluster:
             python=Path(state["python"]),
             auth=state["auth"],
             keep_logs=state.get("keep_logs", False),
+            ib_base=state.get("ib_base", IB_BASE),
         )
         c._own_workdir = state.get("own_workdir", True)
         c.state = state
@@ -359,6 +391,7 @@ class Cluster:
             "prefix": self.prefix,
             "nodes": self.nodes,
             "auth": self.auth,
+            "ib_base": self.ib_base,
             "python": str(self.python),
             "workdir": str(self.workdir),
             "own_workdir": self._own_workdir,
@@ -458,8 +491,9 @@ class Cluster:
             ns = self.node_ns(i)
             self._add_ns(ns)
             cell = mgmt_a if i < self.nodes // 2 or self.nodes == 1 else mgmt_b
-            self._add_if(ns, "mgmt", f"{self.prefix}{i}m", cell, [mgmt_ip(i) + "/16"])
-            self._add_if(ns, "ib", f"{self.prefix}{i}i", ib, [ib_ip(i) + "/16", ib_ip6(i) + "/64"])
+            self._add_if(ns, "mgmt", f"{self.prefix}{i}m", cell, [self.mgmt_ip(i) + "/16"])
+            ib_addrs = [self.ib_ip(i) + "/16", self.ib_ip6(i) + "/64"]
+            self._add_if(ns, "ib", f"{self.prefix}{i}i", ib, ib_addrs)
         self._add_ns(self.ctl_ns)
         self._add_if(self.ctl_ns, "ib", f"{self.prefix}ci", ib, [CTL_IP + "/16", CTL_IP6 + "/64"])
 
@@ -1015,6 +1049,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_up.add_argument("-n", "--nodes", type=int, default=4)
     p_up.add_argument("--auth", choices=("none", "munge"), default="none")
     p_up.add_argument("--python", default=sys.executable, help="interpreter for the nodes")
+    p_up.add_argument(
+        "--ib-base", type=int, default=IB_BASE, help="host number of node0 (node i: base+i)"
+    )
     for p in (
         p_up,
         *(
@@ -1038,7 +1075,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("cannot build a cluster: " + "; ".join(why), file=sys.stderr)
             return 2
         wd = Path(args.workdir) if args.workdir else None
-        c = Cluster(args.nodes, args.prefix, wd, Path(args.python), args.auth)
+        c = Cluster(args.nodes, args.prefix, wd, Path(args.python), args.auth, ib_base=args.ib_base)
         c.up(guard=False)
         print(
             f"cluster {c.prefix} up in {c.state['up_seconds']} s: {c.nodes} nodes, "

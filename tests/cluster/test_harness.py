@@ -249,3 +249,37 @@ def test_sixteen_nodes(make_cluster) -> None:  # type: ignore[no-untyped-def]
     assert lines == [f"node{i} {i} fd00:78::{10 + i} node{i}i6" for i in range(16)], describe(r)
     print(f"16 nodes up in {up:.1f}s, srun -N16 {r.elapsed:.1f}s")
     c.down()
+
+
+def test_ib_base_crosses_a_digit_boundary() -> None:
+    """ib_base=98: .98 .99 .100 .101, so string order of the addresses is not node order."""
+    with Cluster(nodes=4, prefix=free_prefix("trjb"), ib_base=98, keep_logs=False) as c:
+        ib4 = [c.ib_ip(i) for i in range(4)]
+        assert ib4 == ["10.78.0.98", "10.78.0.99", "10.78.0.100", "10.78.0.101"]
+        assert sorted(ib4) != ib4
+        assert ib_ip(0) == "10.78.0.10" and c.ib_ip6(2) == "fd00:78::100"
+        script = "ip -br addr; getent hosts $(hostname) $(hostname)i $(hostname)i6 ctl ctl6"
+        res = c.run_on_nodes([["sh", "-c", script]] * 4, timeout=30)
+        for i, r in enumerate(res):
+            assert r.returncode == 0, describe(res)
+            brief = [ln.split() for ln in r.stdout.splitlines() if "/" in ln]
+            # "mgmt@if12 UP 10.77.0.98/16 fe80::…/64": interface -> addresses, no link-local
+            addrs = {
+                w[0].split("@")[0]: [a for a in w[2:] if not a.startswith("fe80:")] for w in brief
+            }
+            assert addrs["mgmt"] == [f"{c.mgmt_ip(i)}/16"], r.stdout
+            assert addrs["ib"] == [f"{c.ib_ip(i)}/16", f"{c.ib_ip6(i)}/64"], r.stdout
+            names = [ln.split() for ln in r.stdout.splitlines() if "/" not in ln]
+            assert names == [
+                [c.mgmt_ip(i), f"node{i}"],
+                [c.ib_ip(i), f"node{i}i"],
+                [c.ib_ip6(i), f"node{i}i6"],
+                ["10.78.0.250", "ctl"],
+                ["fd00:78::250", "ctl6"],
+            ], r.stdout
+        r = c.srun(["bash", "-c", "getent hosts $(hostname)i"])  # slurmctld reaches every node
+        assert r.returncode == 0, describe(r)
+        got = sorted(split_labeled(r.stdout).items())
+        assert [v.split()[0] for _, v in got] == ib4, describe(r)
+    with pytest.raises(ValueError, match="ib_base"):
+        Cluster(nodes=4, ib_base=247)
