@@ -198,6 +198,27 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _proc_state(pid: int) -> str:
+    """One-letter state of ``pid`` from /proc (``"T"`` stopped, ``"S"`` sleeping...), or ``""``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _is_stepd(pid: int) -> bool:
+    """A slurmstepd (its title is ``slurmstepd: [job.step]``); it ignores SIGTERM."""
+    return _cmdline(pid).startswith("slurmstepd")
+
+
 def _clean_env(extra: Optional[Mapping[str, str]]) -> dict[str, str]:
     """Our environment without anything a surrounding Slurm job or launcher set."""
     env = {
@@ -700,7 +721,21 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         for p in self._children:
             p.poll()
 
+    def _continue_stopped(self) -> None:
+        """SIGCONT frozen processes (a stopped process acts on SIGTERM only once continued).
+
+        Only processes that are still ours (in :meth:`pids`) are touched: the ones
+        :meth:`freeze_node` recorded, and any other of ours that is stopped.
+        """
+        ours = set(self.pids())
+        frozen = {p for pids in self.state.get("frozen", {}).values() for p in pids}
+        for pid in sorted(ours):
+            if pid in frozen or _proc_state(pid) == "T":
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)
+
     def _kill_all(self, grace: float = 5.0) -> None:
+        self._continue_stopped()
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 3.0)):
             pids = self.pids()
             for pid in pids:
@@ -710,6 +745,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
             while pids and time.monotonic() < deadline:
                 self._reap()
                 pids = [p for p in pids if pid_alive(p)]
+                if sig == signal.SIGTERM and all(_is_stepd(p) for p in pids):
+                    break  # slurmstepd ignores SIGTERM: no use waiting, KILL comes next
                 time.sleep(0.05)
             if not self.pids():
                 break
@@ -974,6 +1011,72 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
             out.close()
             err.close()
         return results
+
+    # ------------------------------------------------------------------ faults
+    def _node_procs(self, i: int) -> list[int]:
+        """Processes in node ``i``'s namespace except the harness's daemons (its slurmd and
+        slurmd's own forks): job steps, slurmstepd, node_exec commands."""
+        daemons = set(self.state.get("pids", {}).values())
+        r = _ip("netns", "pids", self.node_ns(i), check=False)
+        found = []
+        for pid in (int(p) for p in r.stdout.split() if p.isdigit()):
+            if pid in daemons or pid == os.getpid():
+                continue
+            parent = _ppid(pid)
+            if parent in daemons and _cmdline(pid) == _cmdline(parent):
+                continue  # slurmd forked, not yet exec'd (a step being launched)
+            found.append(pid)
+        return found
+
+    def _signal_node(self, i: int, sig: int, frozen: Optional[list[int]] = None) -> list[int]:
+        done: list[int] = []
+        for _ in range(5):  # a process forked while we signal is caught in the next round
+            new = [p for p in self._node_procs(i) if p not in done]
+            if not new:
+                break
+            if frozen is not None:  # recorded before they are stopped (see _save)
+                frozen += new
+                self._save()
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            done += new
+        return sorted(done)
+
+    def signal_node(self, i: int, sig: int) -> list[int]:
+        """Send ``sig`` to every process in node ``i``'s namespace except the harness's
+        daemons, so its slurmd keeps serving later steps. Returns the pids signalled
+        (``signal_node(i, SIGKILL)``: the node's job processes die, the node stays up)."""
+        return self._signal_node(i, sig)
+
+    def freeze_node(self, i: int, timeout: float = 5.0) -> list[int]:
+        """SIGSTOP every process in node ``i``'s namespace except the harness's daemons, and
+        wait until they are stopped (a hung node: its sockets stay open, nothing answers).
+
+        Returns the pids. They are recorded in the state file, so :meth:`thaw_node` and
+        teardown (also ``down`` from another process) continue them.
+        """
+        frozen: list[int] = self.state.setdefault("frozen", {}).setdefault(str(i), [])
+        pids = self._signal_node(i, signal.SIGSTOP, frozen)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(_proc_state(p) in ("T", "", "Z") for p in pids):
+                break
+            time.sleep(0.01)
+        return pids
+
+    def thaw_node(self, i: int) -> list[int]:
+        """SIGCONT the processes :meth:`freeze_node` stopped on node ``i`` (those still in
+        its namespace, so a reused PID is never hit). Returns their pids."""
+        frozen = self.state.get("frozen", {}).get(str(i), [])
+        here = set(self._node_procs(i))
+        pids = sorted(p for p in set(frozen) if p in here)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self.state.get("frozen", {}).pop(str(i), None)
+        self._save()
+        return pids
 
 
 def split_labeled(text: str) -> dict[int, str]:

@@ -283,3 +283,89 @@ def test_ib_base_crosses_a_digit_boundary() -> None:
         assert [v.split()[0] for _, v in got] == ib4, describe(r)
     with pytest.raises(ValueError, match="ib_base"):
         Cluster(nodes=4, ib_base=247)
+
+
+_TERM_MARK = """
+import signal, sys, time
+def on_term(*_):
+    open(sys.argv[1], "w").write("term")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _wait_for_cmdline(c: Cluster, i: int, text: str, timeout: float = 30) -> bool:
+    """Wait until a process on node ``i`` has ``text`` in its command line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = subprocess.run(["ip", "netns", "pids", c.node_ns(i)], capture_output=True, text=True)
+        if any(text in _cmdline(int(q)) for q in r.stdout.split()):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.mark.parametrize("how", ["thaw", "down", "other-process"])
+def test_freeze_node(how: str, tmp_path: Path) -> None:
+    """freeze_node stops a node's job processes (not its slurmd); thaw_node or teardown
+    continues them, so they act on SIGTERM (the marker file) and nothing is left."""
+    before_tmp = set(os.listdir(tempfile.gettempdir()))
+    c = Cluster(nodes=2, prefix=free_prefix("trjf"), keep_logs=False)
+    mark = tmp_path / "got-term"
+    with c:
+        pids = list(c.state["pids"].values())
+        slurmd1 = c.state["pids"]["slurmd-node1"]
+        job = c.workdir / "hold.sbatch"  # type: ignore[operator]
+        job.write_text("#!/bin/sh\nsleep 300\n")
+        jobid = c.sbatch(job, sbatch_args=["-w", "node1"])
+        p = c.node_exec(1, [str(c.python), "-c", _TERM_MARK, str(mark)])
+        bystander = c.node_exec(0, ["sleep", "300"])
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        assert _wait_for_cmdline(c, 1, "sleep 300"), "the batch job did not start on node1"
+        frozen = c.freeze_node(1)
+        pids += [p.pid, bystander.pid, *frozen]
+        assert p.pid in frozen and slurmd1 not in frozen and bystander.pid not in frozen
+        names = sorted(_cmdline(q).split()[0] for q in frozen)
+        assert names == ["/bin/sh", str(c.python), "sleep", "slurmstepd:"], names
+        assert {_state(q) for q in frozen} == {"T"}, {q: _state(q) for q in frozen}
+        assert _state(slurmd1) in ("S", "R") and _state(bystander.pid) in ("S", "R")
+        r = c.srun(["hostname"])  # slurmd on the frozen node still serves new steps
+        assert sorted(split_labeled(r.stdout).values()) == ["node0", "node1"], describe(r)
+        assert c.login(["squeue", "-h", "-j", jobid, "-o", "%T"]).stdout.strip() == "RUNNING"
+        if how == "thaw":
+            assert c.thaw_node(1) == sorted(frozen)
+            assert "T" not in {_state(q) for q in frozen}
+        elif how == "other-process":
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.cluster.harness",
+                    "down",
+                    "--workdir",
+                    str(c.workdir),
+                ],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+    p.communicate(timeout=5)
+    assert mark.read_text() == "term"  # continued before SIGTERM, not killed after the grace
+    assert not _leftovers(c, pids, before_tmp)
