@@ -1078,6 +1078,44 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         self._save()
         return pids
 
+    def link_down(self, i: int) -> None:
+        """Set node ``i``'s ``ib`` interface down inside its namespace: a pulled cable.
+
+        Peers get no TCP reset; their packets to the node are dropped (connects time out,
+        or fail with *No route to host* once their ARP entry expires). The node's IPv6
+        address is kept (``keep_addr_on_down``), so :meth:`link_up` restores everything.
+        """
+        self.node_sysctl(i, "net.ipv6.conf.ib.keep_addr_on_down", "1")
+        down = self.state.setdefault("links_down", [])
+        if i not in down:
+            down.append(i)
+            self._save()
+        _ip("-n", self.node_ns(i), "link", "set", "ib", "down")
+
+    def link_up(self, i: int) -> None:
+        """Undo :meth:`link_down` (the addresses and routes come back at once)."""
+        _ip("-n", self.node_ns(i), "link", "set", "ib", "up")
+        down = self.state.get("links_down", [])
+        if i in down:
+            down.remove(i)
+            self._save()
+
+    def node_sysctl(self, i: int, key: str, value: Optional[object] = None) -> str:
+        """Read, or set and read back, a sysctl of node ``i``'s network namespace.
+
+        Only ``net.*`` keys: inside a network namespace other than the machine's own, the
+        kernel shows only the per-namespace ones (e.g. ``net.core.somaxconn``,
+        ``net.ipv4.tcp_syn_retries``), so a write cannot change the machine's settings.
+        Returns the value as ``sysctl -n`` prints it (several numbers: tab-separated).
+        """
+        if not re.match(r"^net[./][A-Za-z0-9_./-]+$", key):
+            raise ValueError(f"only net.* sysctls are per network namespace: {key!r}")
+        ns = self.node_ns(i)
+        sysctl = find_binary("sysctl") or "sysctl"
+        if value is not None:
+            _run(["ip", "netns", "exec", ns, sysctl, "-q", "-w", f"{key}={value}"])
+        return _run(["ip", "netns", "exec", ns, sysctl, "-n", key]).stdout.strip()
+
 
 def split_labeled(text: str) -> dict[int, str]:
     """Split ``srun --label`` output into ``{task id: text}``."""

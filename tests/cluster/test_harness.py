@@ -369,3 +369,60 @@ def test_freeze_node(how: str, tmp_path: Path) -> None:
     p.communicate(timeout=5)
     assert mark.read_text() == "term"  # continued before SIGTERM, not killed after the grace
     assert not _leftovers(c, pids, before_tmp)
+
+
+_CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], 7777), timeout=float(sys.argv[2])).close()
+    print("ok")
+except OSError as e:
+    print("fail", e)
+"""
+
+
+def test_link_down_and_up() -> None:
+    """link_down is a pulled cable: connects over IB time out (no reset); link_up restores
+    IPv4 and IPv6."""
+    with Cluster(nodes=2, prefix=free_prefix("trjn"), keep_logs=False) as c:
+        py = str(c.python)
+        listener = c.node_exec(0, [py, "-c", _LISTEN])
+        assert listener.stdout is not None and listener.stdout.readline().strip() == "ready"
+
+        def probe(timeout: float) -> dict[str, str]:
+            ps = {
+                n: c.node_exec(1, [py, "-c", _CONNECT, n, str(timeout)])
+                for n in ("node0i", "node0i6")
+            }
+            return {n: q.communicate(timeout=30)[0].strip() for n, q in ps.items()}
+
+        assert probe(2) == {"node0i": "ok", "node0i6": "ok"}
+        c.link_down(0)
+        assert c.state["links_down"] == [0]
+        link = c.run_on_nodes([["ip", "-br", "link", "show", "ib"]], nodes=[0])[0].stdout
+        assert " DOWN " in link, link
+        got = probe(1)
+        assert got == {"node0i": "fail timed out", "node0i6": "fail timed out"}, got
+        c.link_up(0)
+        assert c.state["links_down"] == []
+        assert probe(2) == {"node0i": "ok", "node0i6": "ok"}
+        listener.kill()
+        listener.communicate()
+
+
+def test_node_sysctl(cluster: Cluster) -> None:
+    """A per-namespace sysctl changes on that node only (not on the others, not the machine)."""
+    key = "net.core.somaxconn"
+    machine = Path("/proc/sys/net/core/somaxconn").read_text().strip()
+    before = [cluster.node_sysctl(i, key) for i in (0, 1)]
+    try:
+        assert cluster.node_sysctl(1, key, 77) == "77"
+        assert cluster.node_sysctl(1, key) == "77"
+        [r] = cluster.run_on_nodes([["cat", "/proc/sys/net/core/somaxconn"]], nodes=[1])
+        assert r.stdout.strip() == "77", describe(r)
+        assert cluster.node_sysctl(0, key) == before[0]
+        assert Path("/proc/sys/net/core/somaxconn").read_text().strip() == machine
+    finally:
+        cluster.node_sysctl(1, key, before[1])
+    with pytest.raises(ValueError, match="net"):
+        cluster.node_sysctl(1, "kernel.pid_max", 1)
