@@ -627,8 +627,12 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         self.state["pids"][name] = p.pid
         self._save()
 
-    def _in_ns(self, ns: str, hostname: str, argv: Sequence[str]) -> list[str]:
-        """argv that runs ``argv`` in netns ``ns`` with its own UTS hostname (all exec())."""
+    def _in_ns(self, ns: str, hostname: str, argv: Sequence[str], delay: float = 0.0) -> list[str]:
+        """argv that runs ``argv`` in netns ``ns`` with its own UTS hostname (all exec()),
+        after sleeping ``delay`` seconds in the namespace."""
+        if delay < 0:
+            raise ValueError(f"delay must be >= 0: {delay}")
+        pause = f" && sleep {float(delay):.3f}" if delay else ""
         return [
             "ip",
             "netns",
@@ -638,7 +642,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
             "--uts",
             "sh",
             "-c",
-            'hostname "$0" && exec "$@"',
+            f'hostname "$0"{pause} && exec "$@"',
             hostname,
             *argv,
         ]
@@ -944,16 +948,19 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         stdout: Any = subprocess.PIPE,
         stderr: Any = subprocess.PIPE,
         cwd: Optional[Path] = None,
+        delay: float = 0.0,
     ) -> subprocess.Popen[str]:
         """Start ``argv`` on node ``i`` without Slurm (its netns, hostname ``node{i}``).
 
         ``env`` is added to this process's environment (minus SLURM_*/launcher variables)
         with ``TMPDIR`` set to :meth:`node_tmpdir`. The process leads its own session; the
         caller owns the returned Popen (all of it is also killed by :meth:`down`).
+        ``delay`` seconds: returns at once, but ``argv`` starts only after a ``sleep`` in
+        the node's namespace (same process, same session: killing it cancels the start).
         """
         full_env = _clean_env({"TMPDIR": str(self.node_tmpdir(i)), **(env or {})})
         p = subprocess.Popen(
-            self._in_ns(self.node_ns(i), f"node{i}", argv),
+            self._in_ns(self.node_ns(i), f"node{i}", argv, delay),
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
@@ -971,26 +978,31 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         env_per_node: Optional[Sequence[Optional[Mapping[str, str]]]] = None,
         timeout: float = 120.0,
         nodes: Optional[Sequence[int]] = None,
+        delays: Optional[Sequence[float]] = None,
     ) -> list[Result]:
         """Run ``argv_per_node[k]`` on node ``nodes[k]`` (default ``k``) in parallel.
 
         Waits for all (killing what still runs after ``timeout``) and returns one
         :class:`Result` per command, in order (``elapsed``: until the last one ended).
         Output is also kept in ``<workdir>/out/run<n>-node<i>.{out,err}``.
+        ``delays[k]`` starts command ``k`` that many seconds after the others (see
+        :meth:`node_exec`); ``timeout`` counts from the common start, delays included.
         """
         idx = list(nodes) if nodes is not None else list(range(len(argv_per_node)))
         envs = list(env_per_node) if env_per_node is not None else [None] * len(idx)
-        if not len(idx) == len(argv_per_node) == len(envs):
-            raise ValueError("argv_per_node, env_per_node and nodes differ in length")
+        waits = list(delays) if delays is not None else [0.0] * len(idx)
+        if not len(idx) == len(argv_per_node) == len(envs) == len(waits):
+            raise ValueError("argv_per_node, env_per_node, nodes and delays differ in length")
         run = self._next_id()
         procs = []
         files = []
         t0 = time.monotonic()
-        for i, argv, env in zip(idx, argv_per_node, envs):
+        for i, argv, env, delay in zip(idx, argv_per_node, envs, waits):
             base = self._wd / "out" / f"run{run}-node{i}"
             out, err = open(f"{base}.out", "w+"), open(f"{base}.err", "w+")  # noqa: SIM115
             files.append((out, err))
-            procs.append((f"node{i}", self.node_exec(i, argv, env, out, err), list(argv)))
+            p = self.node_exec(i, argv, env, out, err, delay=delay)
+            procs.append((f"node{i}", p, list(argv)))
         timed_out = self._wait(procs, timeout)
         elapsed = time.monotonic() - t0
         results = []

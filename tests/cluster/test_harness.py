@@ -426,3 +426,15 @@ def test_node_sysctl(cluster: Cluster) -> None:
         cluster.node_sysctl(1, key, before[1])
     with pytest.raises(ValueError, match="net"):
         cluster.node_sysctl(1, "kernel.pid_max", 1)
+
+
+def test_delayed_start(cluster: Cluster) -> None:
+    """delay= starts one node's command later without blocking the caller."""
+    wall, t0 = time.time(), time.monotonic()
+    p = cluster.node_exec(0, ["date", "+%s.%N"], delay=1.5)
+    assert time.monotonic() - t0 < 1.0, "node_exec must not wait for the delay"
+    res = cluster.run_on_nodes([["date", "+%s.%N"]] * 2, delays=[1.5, 0], timeout=30)
+    starts = [float(r.stdout) for r in res]
+    assert starts[0] - starts[1] >= 1.4, describe(res)
+    out, _ = p.communicate(timeout=10)
+    assert p.returncode == 0 and float(out) - wall >= 1.4, out
