@@ -56,6 +56,7 @@ WORKDIR_PREFIX = "trjsc-cluster-"
 STATE_FILE = "state.json"
 JOBS_DIR = Path(__file__).resolve().parent / "jobs"
 SLURM_BINARIES = ("slurmctld", "slurmd", "srun", "sbatch", "squeue", "sinfo", "scontrol")
+TASK_PLUGINS = ("none", "affinity")
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 _SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
 
@@ -241,7 +242,9 @@ class Cluster:
     unless ``keep_logs`` (default: env ``TRJSC_KEEP_CLUSTER_LOGS=1``). ``ib_base`` is the
     host number of node0's addresses (node ``i`` gets ``10.78.0.(ib_base+i)``); with
     ``ib_base=98`` and 4 nodes the IB addresses cross from two to three digits, so their
-    string order differs from the node order.
+    string order differs from the node order. ``task_plugin="affinity"`` makes Slurm bind
+    each task to the CPUs of its step (``TaskPlugin=task/affinity``, ``TaskPluginParam=Cores``;
+    the nodes declare 2 CPUs); the default ``"none"`` leaves tasks unbound.
     """
 
     def __init__(
@@ -253,6 +256,7 @@ class Cluster:
         auth: str = "none",
         keep_logs: Optional[bool] = None,
         ib_base: int = IB_BASE,
+        task_plugin: str = "none",
     ) -> None:
         if not _PREFIX_RE.match(prefix):
             raise ValueError(f"prefix must match {_PREFIX_RE.pattern}: {prefix!r}")
@@ -260,6 +264,8 @@ class Cluster:
             raise ValueError(f"nodes must be in 1..{MAX_NODES}")
         if auth not in ("none", "munge"):
             raise ValueError("auth must be 'none' or 'munge'")
+        if task_plugin not in TASK_PLUGINS:
+            raise ValueError(f"task_plugin must be one of {TASK_PLUGINS}")
         if ib_base < 1 or ib_base + nodes - 1 > MAX_HOST_INDEX:
             raise ValueError(
                 f"ib_base must be >= 1 and ib_base + nodes - 1 <= {MAX_HOST_INDEX} "
@@ -267,6 +273,7 @@ class Cluster:
             )
         self.nodes = nodes
         self.ib_base = ib_base
+        self.task_plugin = task_plugin
         self.prefix = prefix
         self.python = Path(python or sys.executable)
         self.auth = auth
@@ -368,6 +375,7 @@ class Cluster:
             auth=state["auth"],
             keep_logs=state.get("keep_logs", False),
             ib_base=state.get("ib_base", IB_BASE),
+            task_plugin=state.get("task_plugin", "none"),
         )
         c._own_workdir = state.get("own_workdir", True)
         c.state = state
@@ -413,6 +421,7 @@ class Cluster:
             "nodes": self.nodes,
             "auth": self.auth,
             "ib_base": self.ib_base,
+            "task_plugin": self.task_plugin,
             "python": str(self.python),
             "workdir": str(self.workdir),
             "own_workdir": self._own_workdir,
@@ -532,6 +541,13 @@ class Cluster:
         prolog = wd / "etc" / "task_prolog.sh"
         # Slurm tasks inherit the caller's env; give each node its own TMPDIR instead.
         _write(prolog, f'#!/bin/sh\necho "export TMPDIR={wd}/tmp/$(hostname)"\n', 0o755)
+        if self.task_plugin == "affinity":
+            # Bind to cores by default: each namespace node has one socket, and Slurm's
+            # automatic binding gives one task per node the whole socket (every CPU), which
+            # would hide a step that was given fewer CPUs than SLURM_CPUS_PER_TASK says.
+            task = "TaskPlugin=task/affinity\nTaskPluginParam=Cores\n"
+        else:
+            task = "TaskPlugin=task/none\n"
         last = self.nodes - 1
         addrs = ",".join(f"node{i}i" for i in range(self.nodes))
         conf = f"""\
@@ -541,8 +557,7 @@ SlurmUser=root
 SlurmdUser=root
 {auth}MpiDefault=none
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-TaskProlog={prolog}
+{task}TaskProlog={prolog}
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
@@ -1205,6 +1220,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_up.add_argument(
         "--ib-base", type=int, default=IB_BASE, help="host number of node0 (node i: base+i)"
     )
+    p_up.add_argument("--task-plugin", choices=TASK_PLUGINS, default="none")
     for p in (
         p_up,
         *(
@@ -1228,7 +1244,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("cannot build a cluster: " + "; ".join(why), file=sys.stderr)
             return 2
         wd = Path(args.workdir) if args.workdir else None
-        c = Cluster(args.nodes, args.prefix, wd, Path(args.python), args.auth, ib_base=args.ib_base)
+        c = Cluster(
+            args.nodes,
+            args.prefix,
+            wd,
+            Path(args.python),
+            args.auth,
+            ib_base=args.ib_base,
+            task_plugin=args.task_plugin,
+        )
         c.up(guard=False)
         print(
             f"cluster {c.prefix} up in {c.state['up_seconds']} s: {c.nodes} nodes, "
