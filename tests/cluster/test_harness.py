@@ -251,6 +251,23 @@ def test_sixteen_nodes(make_cluster) -> None:  # type: ignore[no-untyped-def]
     c.down()
 
 
+def test_thirty_two_nodes() -> None:
+    """32 namespaces + 32 slurmd on 2 cores: up, one step on every node, nothing left."""
+    before_tmp = set(os.listdir(tempfile.gettempdir()))
+    t0 = time.monotonic()
+    with Cluster(nodes=32, prefix=free_prefix("trjy"), keep_logs=False) as c:
+        up = time.monotonic() - t0
+        pids = c.pids()
+        r = c.srun(["hostname"])
+        assert r.returncode == 0, describe(r)
+        got = split_labeled(r.stdout)
+        assert [got[k] for k in sorted(got)] == c.hostnames, describe(r)
+        t1 = time.monotonic()
+    down = time.monotonic() - t1
+    assert not _leftovers(c, pids, before_tmp)
+    print(f"32 nodes up in {up:.1f}s, srun -N32 {r.elapsed:.2f}s, down {down:.1f}s")
+
+
 def test_ib_base_crosses_a_digit_boundary() -> None:
     """ib_base=98: .98 .99 .100 .101, so string order of the addresses is not node order."""
     with Cluster(nodes=4, prefix=free_prefix("trjb"), ib_base=98, keep_logs=False) as c:
