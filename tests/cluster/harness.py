@@ -1062,7 +1062,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
             if not new:
                 break
             if frozen is not None:  # recorded before they are stopped (see _save)
-                frozen += new
+                frozen += [p for p in new if p not in frozen]
                 self._save()
             for pid in new:
                 with contextlib.suppress(ProcessLookupError):
@@ -1078,7 +1078,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 
     def freeze_node(self, i: int, timeout: float = 5.0) -> list[int]:
         """SIGSTOP every process in node ``i``'s namespace except the harness's daemons, and
-        wait until they are stopped (a hung node: its sockets stay open, nothing answers).
+        wait until they are stopped: a hung node. Its sockets stay open and its kernel still
+        completes TCP handshakes and ACKs data, but no process reads, writes or answers.
 
         Returns the pids. They are recorded in the state file, so :meth:`thaw_node` and
         teardown (also ``down`` from another process) continue them.
