@@ -6,8 +6,11 @@ Topology (``P`` = prefix, ``N`` = number of nodes, ``i`` = node index)::
     P{i}m --- bridge PmgmtA (nodes 0..N/2-1) | bridge PmgmtB (nodes N/2..N-1)   10.77.0.0/16
     P{i}i --- bridge Pib (all nodes + ctl)                          10.78.0.0/16, fd00:78::/64
 
-    netns Pnode{i}  hostname node{i}: mgmt 10.77.0.(10+i), ib 10.78.0.(10+i) + fd00:78::(10+i)
-    netns Pctl      hostname ctl:     ib 10.78.0.100 + fd00:78::100; slurmctld; login node
+    netns Pnode{i}  hostname node{i}: mgmt 10.77.0.(B+i), ib 10.78.0.(B+i) + fd00:78::(B+i)
+    netns Pctl      hostname ctl:     ib 10.78.0.250 + fd00:78::250; slurmctld; login node
+
+``B`` is ``ib_base`` (default 10, at most 249 - N + 1); the IPv6 group repeats the decimal
+digits. The controller's .250 lies above every possible node address.
 
 Names (per-namespace ``/etc/netns/<ns>/hosts``): ``node{i}`` -> mgmt IPv4, ``node{i}i`` -> ib
 IPv4, ``node{i}i6`` -> ib IPv6, ``ctl``. The two mgmt cells are L2-isolated, so node0's mgmt
@@ -45,12 +48,15 @@ MGMT_NET = "10.77.0.0/16"
 IB_NET = "10.78.0.0/16"
 IB6_NET = "fd00:78::/64"
 SUBNETS = (MGMT_NET, IB_NET, IB6_NET)
-CTL_HOST_INDEX = 100
+IB_BASE = 10  # default host number of node0 (node i is .(IB_BASE+i))
+MAX_HOST_INDEX = 249  # highest node host number; the controller is above every node
+CTL_HOST_INDEX = 250
 MAX_NODES = 64
 WORKDIR_PREFIX = "trjsc-cluster-"
 STATE_FILE = "state.json"
 JOBS_DIR = Path(__file__).resolve().parent / "jobs"
 SLURM_BINARIES = ("slurmctld", "slurmd", "srun", "sbatch", "squeue", "sinfo", "scontrol")
+TASK_PLUGINS = ("none", "affinity")
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 _SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
 
@@ -59,19 +65,23 @@ class ClusterError(RuntimeError):
     """The cluster could not be brought up or is in use by someone else."""
 
 
-def mgmt_ip(i: int) -> str:
+def mgmt_ip(i: int, base: int = IB_BASE) -> str:
     """Management IPv4 address of node ``i`` (hostname ``node{i}``)."""
-    return f"10.77.0.{10 + i}"
+    return f"10.77.0.{base + i}"
 
 
-def ib_ip(i: int) -> str:
+def ib_ip(i: int, base: int = IB_BASE) -> str:
     """InfiniBand IPv4 address of node ``i`` (name ``node{i}i``)."""
-    return f"10.78.0.{10 + i}"
+    return f"10.78.0.{base + i}"
 
 
-def ib_ip6(i: int) -> str:
-    """InfiniBand IPv6 address of node ``i`` (name ``node{i}i6``); the digits mirror IPv4."""
-    return f"fd00:78::{10 + i}"
+def ib_ip6(i: int, base: int = IB_BASE) -> str:
+    """InfiniBand IPv6 address of node ``i`` (name ``node{i}i6``).
+
+    The last group is the IPv4 host number's decimal digits read as hex text (``.98`` ->
+    ``::98``, ``.100`` -> ``::100``), so the two addresses look alike.
+    """
+    return f"fd00:78::{base + i}"
 
 
 CTL_IP = f"10.78.0.{CTL_HOST_INDEX}"
@@ -189,6 +199,27 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _proc_state(pid: int) -> str:
+    """One-letter state of ``pid`` from /proc (``"T"`` stopped, ``"S"`` sleeping...), or ``""``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _is_stepd(pid: int) -> bool:
+    """A slurmstepd (its title is ``slurmstepd: [job.step]``); it ignores SIGTERM."""
+    return _cmdline(pid).startswith("slurmstepd")
+
+
 def _clean_env(extra: Optional[Mapping[str, str]]) -> dict[str, str]:
     """Our environment without anything a surrounding Slurm job or launcher set."""
     env = {
@@ -208,7 +239,12 @@ class Cluster:
     records it as :attr:`python`). ``auth`` is ``"none"`` (no munge needed) or ``"munge"``.
     ``workdir`` (default: a fresh ``/tmp/trjsc-cluster-*``) holds slurm.conf, logs, state,
     job output and the per-node ``TMPDIR`` (``tmp/node{i}``); it is removed by :meth:`down`
-    unless ``keep_logs`` (default: env ``TRJSC_KEEP_CLUSTER_LOGS=1``).
+    unless ``keep_logs`` (default: env ``TRJSC_KEEP_CLUSTER_LOGS=1``). ``ib_base`` is the
+    host number of node0's addresses (node ``i`` gets ``10.78.0.(ib_base+i)``); with
+    ``ib_base=98`` and 4 nodes the IB addresses cross from two to three digits, so their
+    string order differs from the node order. ``task_plugin="affinity"`` makes Slurm bind
+    each task to the CPUs of its step (``TaskPlugin=task/affinity``, ``TaskPluginParam=Cores``;
+    the nodes declare 2 CPUs); the default ``"none"`` leaves tasks unbound.
     """
 
     def __init__(
@@ -219,6 +255,8 @@ class Cluster:
         python: Optional[Path] = None,
         auth: str = "none",
         keep_logs: Optional[bool] = None,
+        ib_base: int = IB_BASE,
+        task_plugin: str = "none",
     ) -> None:
         if not _PREFIX_RE.match(prefix):
             raise ValueError(f"prefix must match {_PREFIX_RE.pattern}: {prefix!r}")
@@ -226,7 +264,16 @@ class Cluster:
             raise ValueError(f"nodes must be in 1..{MAX_NODES}")
         if auth not in ("none", "munge"):
             raise ValueError("auth must be 'none' or 'munge'")
+        if task_plugin not in TASK_PLUGINS:
+            raise ValueError(f"task_plugin must be one of {TASK_PLUGINS}")
+        if ib_base < 1 or ib_base + nodes - 1 > MAX_HOST_INDEX:
+            raise ValueError(
+                f"ib_base must be >= 1 and ib_base + nodes - 1 <= {MAX_HOST_INDEX} "
+                f"(got ib_base={ib_base}, nodes={nodes})"
+            )
         self.nodes = nodes
+        self.ib_base = ib_base
+        self.task_plugin = task_plugin
         self.prefix = prefix
         self.python = Path(python or sys.executable)
         self.auth = auth
@@ -265,11 +312,23 @@ class Cluster:
         """TMPDIR of node ``i`` (set for node_exec and, via TaskProlog, for Slurm tasks)."""
         return self._wd / "tmp" / f"node{i}"
 
+    def mgmt_ip(self, i: int) -> str:
+        """Management IPv4 address of node ``i`` (hostname ``node{i}``), honouring ib_base."""
+        return mgmt_ip(i, self.ib_base)
+
+    def ib_ip(self, i: int) -> str:
+        """IB IPv4 address of node ``i`` (name ``node{i}i``), honouring ib_base."""
+        return ib_ip(i, self.ib_base)
+
+    def ib_ip6(self, i: int) -> str:
+        """IB IPv6 address of node ``i`` (name ``node{i}i6``), honouring ib_base."""
+        return ib_ip6(i, self.ib_base)
+
     def ib_names(self) -> set[str]:
         """Every name and address on the IB network (valid values for MASTER_ADDR)."""
         names = {CTL_IP, CTL_IP6}
         for i in range(self.nodes):
-            names |= {f"node{i}i", f"node{i}i6", ib_ip(i), ib_ip6(i)}
+            names |= {f"node{i}i", f"node{i}i6", self.ib_ip(i), self.ib_ip6(i)}
         return names
 
     @property
@@ -285,9 +344,9 @@ class Cluster:
         lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
         for i in range(self.nodes):
             lines += [
-                f"{mgmt_ip(i)} node{i}",
-                f"{ib_ip(i)} node{i}i",
-                f"{ib_ip6(i)} node{i}i6",
+                f"{self.mgmt_ip(i)} node{i}",
+                f"{self.ib_ip(i)} node{i}i",
+                f"{self.ib_ip6(i)} node{i}i6",
             ]
         lines += [f"{CTL_IP} ctl", f"{CTL_IP6} ctl6"]
         return "\n".join(lines) + "\n"
@@ -315,6 +374,8 @@ class Cluster:
             python=Path(state["python"]),
             auth=state["auth"],
             keep_logs=state.get("keep_logs", False),
+            ib_base=state.get("ib_base", IB_BASE),
+            task_plugin=state.get("task_plugin", "none"),
         )
         c._own_workdir = state.get("own_workdir", True)
         c.state = state
@@ -359,6 +420,8 @@ class Cluster:
             "prefix": self.prefix,
             "nodes": self.nodes,
             "auth": self.auth,
+            "ib_base": self.ib_base,
+            "task_plugin": self.task_plugin,
             "python": str(self.python),
             "workdir": str(self.workdir),
             "own_workdir": self._own_workdir,
@@ -458,8 +521,9 @@ class Cluster:
             ns = self.node_ns(i)
             self._add_ns(ns)
             cell = mgmt_a if i < self.nodes // 2 or self.nodes == 1 else mgmt_b
-            self._add_if(ns, "mgmt", f"{self.prefix}{i}m", cell, [mgmt_ip(i) + "/16"])
-            self._add_if(ns, "ib", f"{self.prefix}{i}i", ib, [ib_ip(i) + "/16", ib_ip6(i) + "/64"])
+            self._add_if(ns, "mgmt", f"{self.prefix}{i}m", cell, [self.mgmt_ip(i) + "/16"])
+            ib_addrs = [self.ib_ip(i) + "/16", self.ib_ip6(i) + "/64"]
+            self._add_if(ns, "ib", f"{self.prefix}{i}i", ib, ib_addrs)
         self._add_ns(self.ctl_ns)
         self._add_if(self.ctl_ns, "ib", f"{self.prefix}ci", ib, [CTL_IP + "/16", CTL_IP6 + "/64"])
 
@@ -477,6 +541,13 @@ class Cluster:
         prolog = wd / "etc" / "task_prolog.sh"
         # Slurm tasks inherit the caller's env; give each node its own TMPDIR instead.
         _write(prolog, f'#!/bin/sh\necho "export TMPDIR={wd}/tmp/$(hostname)"\n', 0o755)
+        if self.task_plugin == "affinity":
+            # Bind to cores by default: each namespace node has one socket, and Slurm's
+            # automatic binding gives one task per node the whole socket (every CPU), which
+            # would hide a step that was given fewer CPUs than SLURM_CPUS_PER_TASK says.
+            task = "TaskPlugin=task/affinity\nTaskPluginParam=Cores\n"
+        else:
+            task = "TaskPlugin=task/none\n"
         last = self.nodes - 1
         addrs = ",".join(f"node{i}i" for i in range(self.nodes))
         conf = f"""\
@@ -486,8 +557,7 @@ SlurmUser=root
 SlurmdUser=root
 {auth}MpiDefault=none
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-TaskProlog={prolog}
+{task}TaskProlog={prolog}
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
@@ -572,8 +642,12 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         self.state["pids"][name] = p.pid
         self._save()
 
-    def _in_ns(self, ns: str, hostname: str, argv: Sequence[str]) -> list[str]:
-        """argv that runs ``argv`` in netns ``ns`` with its own UTS hostname (all exec())."""
+    def _in_ns(self, ns: str, hostname: str, argv: Sequence[str], delay: float = 0.0) -> list[str]:
+        """argv that runs ``argv`` in netns ``ns`` with its own UTS hostname (all exec()),
+        after sleeping ``delay`` seconds in the namespace."""
+        if delay < 0:
+            raise ValueError(f"delay must be >= 0: {delay}")
+        pause = f" && sleep {float(delay):.3f}" if delay else ""
         return [
             "ip",
             "netns",
@@ -583,7 +657,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
             "--uts",
             "sh",
             "-c",
-            'hostname "$0" && exec "$@"',
+            f'hostname "$0"{pause} && exec "$@"',
             hostname,
             *argv,
         ]
@@ -666,7 +740,21 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         for p in self._children:
             p.poll()
 
+    def _continue_stopped(self) -> None:
+        """SIGCONT frozen processes (a stopped process acts on SIGTERM only once continued).
+
+        Only processes that are still ours (in :meth:`pids`) are touched: the ones
+        :meth:`freeze_node` recorded, and any other of ours that is stopped.
+        """
+        ours = set(self.pids())
+        frozen = {p for pids in self.state.get("frozen", {}).values() for p in pids}
+        for pid in sorted(ours):
+            if pid in frozen or _proc_state(pid) == "T":
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)
+
     def _kill_all(self, grace: float = 5.0) -> None:
+        self._continue_stopped()
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 3.0)):
             pids = self.pids()
             for pid in pids:
@@ -676,6 +764,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
             while pids and time.monotonic() < deadline:
                 self._reap()
                 pids = [p for p in pids if pid_alive(p)]
+                if sig == signal.SIGTERM and all(_is_stepd(p) for p in pids):
+                    break  # slurmstepd ignores SIGTERM: no use waiting, KILL comes next
                 time.sleep(0.05)
             if not self.pids():
                 break
@@ -873,16 +963,19 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         stdout: Any = subprocess.PIPE,
         stderr: Any = subprocess.PIPE,
         cwd: Optional[Path] = None,
+        delay: float = 0.0,
     ) -> subprocess.Popen[str]:
         """Start ``argv`` on node ``i`` without Slurm (its netns, hostname ``node{i}``).
 
         ``env`` is added to this process's environment (minus SLURM_*/launcher variables)
         with ``TMPDIR`` set to :meth:`node_tmpdir`. The process leads its own session; the
         caller owns the returned Popen (all of it is also killed by :meth:`down`).
+        ``delay`` seconds: returns at once, but ``argv`` starts only after a ``sleep`` in
+        the node's namespace (same process, same session: killing it cancels the start).
         """
         full_env = _clean_env({"TMPDIR": str(self.node_tmpdir(i)), **(env or {})})
         p = subprocess.Popen(
-            self._in_ns(self.node_ns(i), f"node{i}", argv),
+            self._in_ns(self.node_ns(i), f"node{i}", argv, delay),
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
@@ -900,26 +993,31 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         env_per_node: Optional[Sequence[Optional[Mapping[str, str]]]] = None,
         timeout: float = 120.0,
         nodes: Optional[Sequence[int]] = None,
+        delays: Optional[Sequence[float]] = None,
     ) -> list[Result]:
         """Run ``argv_per_node[k]`` on node ``nodes[k]`` (default ``k``) in parallel.
 
         Waits for all (killing what still runs after ``timeout``) and returns one
         :class:`Result` per command, in order (``elapsed``: until the last one ended).
         Output is also kept in ``<workdir>/out/run<n>-node<i>.{out,err}``.
+        ``delays[k]`` starts command ``k`` that many seconds after the others (see
+        :meth:`node_exec`); ``timeout`` counts from the common start, delays included.
         """
         idx = list(nodes) if nodes is not None else list(range(len(argv_per_node)))
         envs = list(env_per_node) if env_per_node is not None else [None] * len(idx)
-        if not len(idx) == len(argv_per_node) == len(envs):
-            raise ValueError("argv_per_node, env_per_node and nodes differ in length")
+        waits = list(delays) if delays is not None else [0.0] * len(idx)
+        if not len(idx) == len(argv_per_node) == len(envs) == len(waits):
+            raise ValueError("argv_per_node, env_per_node, nodes and delays differ in length")
         run = self._next_id()
         procs = []
         files = []
         t0 = time.monotonic()
-        for i, argv, env in zip(idx, argv_per_node, envs):
+        for i, argv, env, delay in zip(idx, argv_per_node, envs, waits):
             base = self._wd / "out" / f"run{run}-node{i}"
             out, err = open(f"{base}.out", "w+"), open(f"{base}.err", "w+")  # noqa: SIM115
             files.append((out, err))
-            procs.append((f"node{i}", self.node_exec(i, argv, env, out, err), list(argv)))
+            p = self.node_exec(i, argv, env, out, err, delay=delay)
+            procs.append((f"node{i}", p, list(argv)))
         timed_out = self._wait(procs, timeout)
         elapsed = time.monotonic() - t0
         results = []
@@ -940,6 +1038,111 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
             out.close()
             err.close()
         return results
+
+    # ------------------------------------------------------------------ faults
+    def _node_procs(self, i: int) -> list[int]:
+        """Processes in node ``i``'s namespace except the harness's daemons (its slurmd and
+        slurmd's own forks): job steps, slurmstepd, node_exec commands."""
+        daemons = set(self.state.get("pids", {}).values())
+        r = _ip("netns", "pids", self.node_ns(i), check=False)
+        found = []
+        for pid in (int(p) for p in r.stdout.split() if p.isdigit()):
+            if pid in daemons or pid == os.getpid():
+                continue
+            parent = _ppid(pid)
+            if parent in daemons and _cmdline(pid) == _cmdline(parent):
+                continue  # slurmd forked, not yet exec'd (a step being launched)
+            found.append(pid)
+        return found
+
+    def _signal_node(self, i: int, sig: int, frozen: Optional[list[int]] = None) -> list[int]:
+        done: list[int] = []
+        for _ in range(5):  # a process forked while we signal is caught in the next round
+            new = [p for p in self._node_procs(i) if p not in done]
+            if not new:
+                break
+            if frozen is not None:  # recorded before they are stopped (see _save)
+                frozen += [p for p in new if p not in frozen]
+                self._save()
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            done += new
+        return sorted(done)
+
+    def signal_node(self, i: int, sig: int) -> list[int]:
+        """Send ``sig`` to every process in node ``i``'s namespace except the harness's
+        daemons, so its slurmd keeps serving later steps. Returns the pids signalled
+        (``signal_node(i, SIGKILL)``: the node's job processes die, the node stays up)."""
+        return self._signal_node(i, sig)
+
+    def freeze_node(self, i: int, timeout: float = 5.0) -> list[int]:
+        """SIGSTOP every process in node ``i``'s namespace except the harness's daemons, and
+        wait until they are stopped: a hung node. Its sockets stay open and its kernel still
+        completes TCP handshakes and ACKs data, but no process reads, writes or answers.
+
+        Returns the pids. They are recorded in the state file, so :meth:`thaw_node` and
+        teardown (also ``down`` from another process) continue them.
+        """
+        frozen: list[int] = self.state.setdefault("frozen", {}).setdefault(str(i), [])
+        pids = self._signal_node(i, signal.SIGSTOP, frozen)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(_proc_state(p) in ("T", "", "Z") for p in pids):
+                break
+            time.sleep(0.01)
+        return pids
+
+    def thaw_node(self, i: int) -> list[int]:
+        """SIGCONT the processes :meth:`freeze_node` stopped on node ``i`` (those still in
+        its namespace, so a reused PID is never hit). Returns their pids."""
+        frozen = self.state.get("frozen", {}).get(str(i), [])
+        here = set(self._node_procs(i))
+        pids = sorted(p for p in set(frozen) if p in here)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self.state.get("frozen", {}).pop(str(i), None)
+        self._save()
+        return pids
+
+    def link_down(self, i: int) -> None:
+        """Set node ``i``'s ``ib`` interface down inside its namespace: a pulled cable.
+
+        Peers get no TCP reset; their packets to the node are dropped (connects time out,
+        or fail with *No route to host* once their ARP entry expires). The node's IPv6
+        address is kept (``keep_addr_on_down``), so :meth:`link_up` restores everything.
+        """
+        self.node_sysctl(i, "net.ipv6.conf.ib.keep_addr_on_down", "1")
+        down = self.state.setdefault("links_down", [])
+        if i not in down:
+            down.append(i)
+            self._save()
+        _ip("-n", self.node_ns(i), "link", "set", "ib", "down")
+
+    def link_up(self, i: int) -> None:
+        """Undo :meth:`link_down` (the addresses and routes come back at once)."""
+        _ip("-n", self.node_ns(i), "link", "set", "ib", "up")
+        down = self.state.get("links_down", [])
+        if i in down:
+            down.remove(i)
+            self._save()
+
+    def node_sysctl(self, i: int, key: str, value: Optional[object] = None) -> str:
+        """Read, or set and read back, a sysctl of node ``i``'s network namespace.
+
+        Only ``net.*`` keys: inside a network namespace other than the machine's own, the
+        kernel shows only the per-namespace ones (e.g. ``net.core.somaxconn``,
+        ``net.ipv4.tcp_syn_retries``), so a write cannot change the machine's settings.
+        Returns the value as ``sysctl -n`` prints it (several numbers: tab-separated).
+        """
+        if not re.match(r"^net[./][A-Za-z0-9_./-]+$", key):
+            raise ValueError(f"only net.* sysctls are per network namespace: {key!r}")
+        ns = self.node_ns(i)
+        sysctl = find_binary("sysctl") or "sysctl"
+        if value is not None:
+            _run(["ip", "netns", "exec", ns, sysctl, "-q", "-w", f"{key}={value}"])
+        return _run(["ip", "netns", "exec", ns, sysctl, "-n", key]).stdout.strip()
 
 
 def split_labeled(text: str) -> dict[int, str]:
@@ -1015,6 +1218,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_up.add_argument("-n", "--nodes", type=int, default=4)
     p_up.add_argument("--auth", choices=("none", "munge"), default="none")
     p_up.add_argument("--python", default=sys.executable, help="interpreter for the nodes")
+    p_up.add_argument(
+        "--ib-base", type=int, default=IB_BASE, help="host number of node0 (node i: base+i)"
+    )
+    p_up.add_argument("--task-plugin", choices=TASK_PLUGINS, default="none")
     for p in (
         p_up,
         *(
@@ -1038,7 +1245,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("cannot build a cluster: " + "; ".join(why), file=sys.stderr)
             return 2
         wd = Path(args.workdir) if args.workdir else None
-        c = Cluster(args.nodes, args.prefix, wd, Path(args.python), args.auth)
+        c = Cluster(
+            args.nodes,
+            args.prefix,
+            wd,
+            Path(args.python),
+            args.auth,
+            ib_base=args.ib_base,
+            task_plugin=args.task_plugin,
+        )
         c.up(guard=False)
         print(
             f"cluster {c.prefix} up in {c.state['up_seconds']} s: {c.nodes} nodes, "

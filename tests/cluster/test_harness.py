@@ -249,3 +249,260 @@ def test_sixteen_nodes(make_cluster) -> None:  # type: ignore[no-untyped-def]
     assert lines == [f"node{i} {i} fd00:78::{10 + i} node{i}i6" for i in range(16)], describe(r)
     print(f"16 nodes up in {up:.1f}s, srun -N16 {r.elapsed:.1f}s")
     c.down()
+
+
+def test_thirty_two_nodes() -> None:
+    """32 namespaces + 32 slurmd on 2 cores: up, one step on every node, nothing left."""
+    before_tmp = set(os.listdir(tempfile.gettempdir()))
+    t0 = time.monotonic()
+    with Cluster(nodes=32, prefix=free_prefix("trjy"), keep_logs=False) as c:
+        up = time.monotonic() - t0
+        pids = c.pids()
+        r = c.srun(["hostname"])
+        assert r.returncode == 0, describe(r)
+        got = split_labeled(r.stdout)
+        assert [got[k] for k in sorted(got)] == c.hostnames, describe(r)
+        t1 = time.monotonic()
+    down = time.monotonic() - t1
+    assert not _leftovers(c, pids, before_tmp)
+    print(f"32 nodes up in {up:.1f}s, srun -N32 {r.elapsed:.2f}s, down {down:.1f}s")
+
+
+def test_ib_base_crosses_a_digit_boundary() -> None:
+    """ib_base=98: .98 .99 .100 .101, so string order of the addresses is not node order."""
+    with Cluster(nodes=4, prefix=free_prefix("trjb"), ib_base=98, keep_logs=False) as c:
+        ib4 = [c.ib_ip(i) for i in range(4)]
+        assert ib4 == ["10.78.0.98", "10.78.0.99", "10.78.0.100", "10.78.0.101"]
+        assert sorted(ib4) != ib4
+        assert ib_ip(0) == "10.78.0.10" and c.ib_ip6(2) == "fd00:78::100"
+        script = "ip -br addr; getent hosts $(hostname) $(hostname)i $(hostname)i6 ctl ctl6"
+        res = c.run_on_nodes([["sh", "-c", script]] * 4, timeout=30)
+        for i, r in enumerate(res):
+            assert r.returncode == 0, describe(res)
+            brief = [ln.split() for ln in r.stdout.splitlines() if "/" in ln]
+            # "mgmt@if12 UP 10.77.0.98/16 fe80::…/64": interface -> addresses, no link-local
+            addrs = {
+                w[0].split("@")[0]: [a for a in w[2:] if not a.startswith("fe80:")] for w in brief
+            }
+            assert addrs["mgmt"] == [f"{c.mgmt_ip(i)}/16"], r.stdout
+            assert addrs["ib"] == [f"{c.ib_ip(i)}/16", f"{c.ib_ip6(i)}/64"], r.stdout
+            names = [ln.split() for ln in r.stdout.splitlines() if "/" not in ln]
+            assert names == [
+                [c.mgmt_ip(i), f"node{i}"],
+                [c.ib_ip(i), f"node{i}i"],
+                [c.ib_ip6(i), f"node{i}i6"],
+                ["10.78.0.250", "ctl"],
+                ["fd00:78::250", "ctl6"],
+            ], r.stdout
+        r = c.srun(["bash", "-c", "getent hosts $(hostname)i"])  # slurmctld reaches every node
+        assert r.returncode == 0, describe(r)
+        got = sorted(split_labeled(r.stdout).items())
+        assert [v.split()[0] for _, v in got] == ib4, describe(r)
+    with pytest.raises(ValueError, match="ib_base"):
+        Cluster(nodes=4, ib_base=247)
+
+
+_TERM_MARK = """
+import signal, sys, time
+def on_term(*_):
+    open(sys.argv[1], "w").write("term")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _wait_for_cmdline(c: Cluster, i: int, text: str, timeout: float = 30) -> bool:
+    """Wait until a process on node ``i`` has ``text`` in its command line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = subprocess.run(["ip", "netns", "pids", c.node_ns(i)], capture_output=True, text=True)
+        if any(text in _cmdline(int(q)) for q in r.stdout.split()):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.mark.parametrize("how", ["thaw", "down", "other-process"])
+def test_freeze_node(how: str, tmp_path: Path) -> None:
+    """freeze_node stops a node's job processes (not its slurmd); thaw_node or teardown
+    continues them, so they act on SIGTERM (the marker file) and nothing is left."""
+    before_tmp = set(os.listdir(tempfile.gettempdir()))
+    c = Cluster(nodes=2, prefix=free_prefix("trjf"), keep_logs=False)
+    mark = tmp_path / "got-term"
+    with c:
+        pids = list(c.state["pids"].values())
+        slurmd1 = c.state["pids"]["slurmd-node1"]
+        job = c.workdir / "hold.sbatch"  # type: ignore[operator]
+        job.write_text("#!/bin/sh\nsleep 300\n")
+        jobid = c.sbatch(job, sbatch_args=["-w", "node1"])
+        p = c.node_exec(1, [str(c.python), "-c", _TERM_MARK, str(mark)])
+        bystander = c.node_exec(0, ["sleep", "300"])
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        assert _wait_for_cmdline(c, 1, "sleep 300"), "the batch job did not start on node1"
+        frozen = c.freeze_node(1)
+        pids += [p.pid, bystander.pid, *frozen]
+        assert p.pid in frozen and slurmd1 not in frozen and bystander.pid not in frozen
+        names = sorted(_cmdline(q).split()[0] for q in frozen)
+        assert names == ["/bin/sh", str(c.python), "sleep", "slurmstepd:"], names
+        assert {_state(q) for q in frozen} == {"T"}, {q: _state(q) for q in frozen}
+        assert _state(slurmd1) in ("S", "R") and _state(bystander.pid) in ("S", "R")
+        r = c.srun(["hostname"])  # slurmd on the frozen node still serves new steps
+        assert sorted(split_labeled(r.stdout).values()) == ["node0", "node1"], describe(r)
+        assert c.login(["squeue", "-h", "-j", jobid, "-o", "%T"]).stdout.strip() == "RUNNING"
+        if how == "thaw":
+            assert c.thaw_node(1) == sorted(frozen)
+            assert "T" not in {_state(q) for q in frozen}
+        elif how == "other-process":
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.cluster.harness",
+                    "down",
+                    "--workdir",
+                    str(c.workdir),
+                ],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+    p.communicate(timeout=5)
+    assert mark.read_text() == "term"  # continued before SIGTERM, not killed after the grace
+    assert not _leftovers(c, pids, before_tmp)
+
+
+_CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], 7777), timeout=float(sys.argv[2])).close()
+    print("ok")
+except OSError as e:
+    print("fail", e)
+"""
+
+
+def test_link_down_and_up() -> None:
+    """link_down is a pulled cable: connects over IB time out (no reset); link_up restores
+    IPv4 and IPv6."""
+    with Cluster(nodes=2, prefix=free_prefix("trjn"), keep_logs=False) as c:
+        py = str(c.python)
+        listener = c.node_exec(0, [py, "-c", _LISTEN])
+        assert listener.stdout is not None and listener.stdout.readline().strip() == "ready"
+
+        def probe(timeout: float) -> dict[str, str]:
+            ps = {
+                n: c.node_exec(1, [py, "-c", _CONNECT, n, str(timeout)])
+                for n in ("node0i", "node0i6")
+            }
+            return {n: q.communicate(timeout=30)[0].strip() for n, q in ps.items()}
+
+        assert probe(2) == {"node0i": "ok", "node0i6": "ok"}
+        c.link_down(0)
+        assert c.state["links_down"] == [0]
+        link = c.run_on_nodes([["ip", "-br", "link", "show", "ib"]], nodes=[0])[0].stdout
+        assert " DOWN " in link, link
+        got = probe(1)
+        assert got == {"node0i": "fail timed out", "node0i6": "fail timed out"}, got
+        c.link_up(0)
+        assert c.state["links_down"] == []
+        assert probe(2) == {"node0i": "ok", "node0i6": "ok"}
+        listener.kill()
+        listener.communicate()
+
+
+def test_node_sysctl(cluster: Cluster) -> None:
+    """A per-namespace sysctl changes on that node only (not on the others, not the machine)."""
+    key = "net.core.somaxconn"
+    machine = Path("/proc/sys/net/core/somaxconn").read_text().strip()
+    before = [cluster.node_sysctl(i, key) for i in (0, 1)]
+    try:
+        assert cluster.node_sysctl(1, key, 77) == "77"
+        assert cluster.node_sysctl(1, key) == "77"
+        [r] = cluster.run_on_nodes([["cat", "/proc/sys/net/core/somaxconn"]], nodes=[1])
+        assert r.stdout.strip() == "77", describe(r)
+        assert cluster.node_sysctl(0, key) == before[0]
+        assert Path("/proc/sys/net/core/somaxconn").read_text().strip() == machine
+    finally:
+        cluster.node_sysctl(1, key, before[1])
+    with pytest.raises(ValueError, match="net"):
+        cluster.node_sysctl(1, "kernel.pid_max", 1)
+
+
+def test_delayed_start(cluster: Cluster) -> None:
+    """delay= starts one node's command later without blocking the caller."""
+    wall, t0 = time.time(), time.monotonic()
+    p = cluster.node_exec(0, ["date", "+%s.%N"], delay=1.5)
+    assert time.monotonic() - t0 < 1.0, "node_exec must not wait for the delay"
+    res = cluster.run_on_nodes([["date", "+%s.%N"]] * 2, delays=[1.5, 0], timeout=30)
+    starts = [float(r.stdout) for r in res]
+    assert starts[0] - starts[1] >= 1.4, describe(res)
+    out, _ = p.communicate(timeout=10)
+    assert p.returncode == 0 and float(out) - wall >= 1.4, out
+
+
+_AFFINITY = (
+    "import os; print('cpus', os.environ['SLURM_CPUS_PER_TASK'], len(os.sched_getaffinity(0)))"
+)
+
+
+def _affinity_job(c: Cluster) -> dict[str, list[str]]:
+    """An ``sbatch --cpus-per-task=2`` job on every node: what its batch shell, a plain srun
+    and an srun with SRUN_CPUS_PER_TASK exported see (``cpus <SLURM_CPUS_PER_TASK> <n>``)."""
+    show = f'{c.python} -c "{_AFFINITY}"'
+    script = c.workdir / "affinity.sbatch"  # type: ignore[operator]
+    script.write_text(
+        "#!/bin/bash\n"
+        f'echo "batch $({show})"\n'
+        f"srun --label {show} | sed 's/^/plain /'\n"
+        "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\n"
+        f"srun --label {show} | sed 's/^/exported /'\n"
+    )
+    args = [f"-N{c.nodes}", "--ntasks-per-node=1", "--cpus-per-task=2"]
+    jobid = c.sbatch(script, sbatch_args=args)
+    state = c.wait_job(jobid, timeout=60)
+    out = c.job_output_path(jobid).read_text()
+    assert state == ("COMPLETED", 0), out
+    seen: dict[str, list[str]] = {}
+    for ln in out.splitlines():
+        kind, _, rest = ln.partition(" ")
+        seen.setdefault(kind, []).append(rest.split(": ")[-1])
+    return seen
+
+
+def test_task_affinity_binds_to_the_step_cpus() -> None:
+    """The Slurm >= 22.05 pitfall: srun in an --cpus-per-task=2 job gives each task one CPU
+    (SLURM_CPUS_PER_TASK still says 2) unless SRUN_CPUS_PER_TASK is exported."""
+    with Cluster(nodes=2, prefix=free_prefix("trja"), task_plugin="affinity") as c:
+        conf = c.slurm_conf.read_text()
+        assert "TaskPlugin=task/affinity\nTaskPluginParam=Cores\n" in conf
+        seen = _affinity_job(c)
+    assert seen == {
+        "batch": ["cpus 2 2"],
+        "plain": ["cpus 2 1"] * 2,
+        "exported": ["cpus 2 2"] * 2,
+    }, seen
+
+
+def test_task_none_leaves_tasks_unbound(cluster: Cluster) -> None:
+    assert _affinity_job(cluster) == {
+        "batch": ["cpus 2 2"],
+        "plain": ["cpus 2 2"] * 4,
+        "exported": ["cpus 2 2"] * 4,
+    }
