@@ -158,16 +158,21 @@ def prose_lines(lines: Sequence[str]) -> Iterator[Tuple[int, str]]:
 
 
 def links(lines: Sequence[str]) -> List[Link]:
-    """Every inline link, image and reference definition outside code."""
+    """Every inline link, image and reference definition outside code (a link's text may run
+    over several lines; its line is the one of its target)."""
     found: List[Link] = []
+    prose = [""] * len(lines)
     for number, text in prose_lines(lines):
         definition = _REF_DEF.match(text)
         if definition is not None:
             found.append(Link(number, _unwrap(definition.group("target"))))
             continue
-        for match in _INLINE_LINK.finditer(text):
-            found.append(Link(number, _unwrap(match.group("target"))))
-    return found
+        prose[number - 1] = text
+    joined = "\n".join(prose)
+    for match in _INLINE_LINK.finditer(joined):
+        number = joined.count("\n", 0, match.start("target")) + 1
+        found.append(Link(number, _unwrap(match.group("target"))))
+    return sorted(found, key=lambda link: link.line)
 
 
 def _unwrap(target: str) -> str:

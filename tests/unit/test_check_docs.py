@@ -147,6 +147,19 @@ See [other](other.md), [its part](other.md#a-part), [here](#guide), [code](../sr
     assert problems(tmp_path, "docs/guide.md", text) == []
 
 
+def test_a_link_text_may_run_over_lines(tmp_path: Path) -> None:
+    text = """
+# Guide
+
+See [the part about
+the guide](#guide) and [one that is
+missing](#gone).
+"""
+    assert problems(tmp_path, "guide.md", text) == [
+        "5: link '#gone': no heading in guide.md has #gone"
+    ]
+
+
 def test_broken_links_and_anchors_are_named(tmp_path: Path) -> None:
     problems(tmp_path, "docs/other.md", "# Other\n")
     text = """
