@@ -220,9 +220,9 @@ def test_render_table() -> None:
         member(0, True, warnings=("w!",)),
         Member(1, rep("node1", 1, is_host=None), None, "sent no probe results (timed out)"),
     ]
-    text = render_table(members, ["node3"], EP)
+    text = render_table(members, ["node3"], EP, 4)
     lines = text.splitlines()
-    assert lines[0] == f"preflight: endpoint {EP}, 4 nodes"
+    assert lines[0] == f"preflight: endpoint {EP}, 4 nodes expected, 3 joined"
     assert lines[1].split() == [
         "node",
         "rank",

@@ -1,18 +1,19 @@
-"""A node's preflight client: joins the collector, probes the peers it names, reads the verdict."""
+"""A node's preflight client: joins the collector, probes the peers it names, reads the verdict;
+and the node's probe port. asyncio: many simulated nodes can share one event loop."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import network
 from .collector import HELLO_TIMEOUT, RESULTS_GRACE, SEND_GRACE
 from .report import NodeReport, describe_error, no_collector_reason
-from .wire import PROTOCOL, Channel
+from .wire import MAX_LINE, PROTOCOL, Stream, within
 
 #: Connect timeout towards a peer's probe port.
 PROBE_TIMEOUT = 2.0
@@ -22,49 +23,83 @@ ENDPOINT_CONNECT_TIMEOUT = 4.0
 RETRY_INTERVAL = 0.3
 #: How much longer than its own deadline a client waits for the collector (start-up skew).
 CLIENT_GRACE = 5.0
+#: Each endpoint address gets one attempt of at least this long, even past a tiny timeout.
+FIRST_ATTEMPT = 0.5
 
 
-def _serve_and_close(listener: socket.socket, stop: threading.Event) -> None:
-    """Accept connections and close them at once (a probe port) until ``stop``."""
-    listener.settimeout(0.2)
-    while not stop.is_set():
-        try:
-            conn, _ = listener.accept()
-        except socket.timeout:
-            continue
-        except OSError:
-            return
-        conn.close()
-
-
-def probe_listener(address: str) -> socket.socket:
+def probe_listener(address: str, backlog: int = 128) -> socket.socket:
     """A listening TCP socket on an ephemeral port of ``address``."""
     family = socket.AF_INET6 if network.family_of(address) == 6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.bind((address, 0))
-        sock.listen(128)
+        sock.listen(backlog)
     except OSError:
         sock.close()
         raise
     return sock
 
 
-def probe_peers(peers: Sequence[Tuple[int, str, int]], timeout: float) -> Dict[int, str]:
-    """Connect to each ``(id, address, port)`` in parallel; id -> error for the failures."""
+class _CloseAtOnce(asyncio.Protocol):
+    def __init__(self, server: ProbeServer) -> None:
+        self.server = server
 
-    def one(peer: Tuple[int, str, int]) -> Optional[str]:
-        _, address, port = peer
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.server.accepted += 1
+        transport.close()
+
+
+class ProbeServer:
+    """A node's probe port: accepts connections and closes them at once."""
+
+    def __init__(self, listener: socket.socket, backlog: int = 128) -> None:
+        self.listener = listener
+        self.backlog = backlog
+        self.port = int(listener.getsockname()[1])
+        #: Connections accepted (how many peers probed this node).
+        self.accepted = 0
+        self._server: Optional[asyncio.AbstractServer] = None
+
+    async def start(self) -> None:
+        """Serve on the running event loop."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _CloseAtOnce(self), sock=self.listener, backlog=self.backlog
+        )
+
+    def close(self) -> None:
+        """Stop serving (never raises)."""
+        if self._server is not None:
+            self._server.close()
+        with contextlib.suppress(OSError):
+            self.listener.close()
+
+
+async def probe_peers(
+    peers: Sequence[Tuple[int, str, int]], timeout: float, source: Optional[str] = None
+) -> Dict[int, str]:
+    """Connect to each ``(id, address, port)`` at once (from ``source`` if given); id -> error
+    for the failures."""
+    loop = asyncio.get_running_loop()
+
+    async def one(address: str, port: int) -> Optional[str]:
+        family = socket.AF_INET6 if network.family_of(address) == 6 else socket.AF_INET
         try:
-            with socket.create_connection((address, port), timeout=timeout):
-                return None
+            sock = socket.socket(family, socket.SOCK_STREAM)
         except OSError as exc:
             return describe_error(exc)
+        try:
+            sock.setblocking(False)
+            if source is not None:
+                sock.bind((source, 0))
+            await within(loop.sock_connect(sock, (address, port)), time.monotonic() + timeout)
+            return None
+        except OSError as exc:
+            return describe_error(exc)
+        finally:
+            sock.close()
 
-    if not peers:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(32, len(peers))) as pool:
-        errors = list(pool.map(one, peers))
+    errors = await asyncio.gather(*(one(address, port) for _, address, port in peers))
     return {peer[0]: err for peer, err in zip(peers, errors) if err is not None}
 
 
@@ -85,6 +120,9 @@ class NodeConfig:
     names_by_rank: Tuple[str, ...] = ()
     #: Where the collector listens (None: the wildcard address).
     listen_address: Optional[str] = None
+    #: The source address of this node's connections (None: the kernel picks it). Set by the
+    #: loopback benchmark, which gives every simulated node its own 127.x.y.z.
+    source_address: Optional[str] = None
 
 
 @dataclass
@@ -92,6 +130,8 @@ class ClientOutcome:
     """What this node's client learnt."""
 
     reached: bool = False
+    #: A collector answered this node's hello (joined or refused it).
+    answered: bool = False
     #: The collector's verdict: whether it is OK, and its line (None: none arrived).
     ok: Optional[bool] = None
     line: Optional[str] = None
@@ -99,36 +139,45 @@ class ClientOutcome:
     unreachable: Dict[int, str] = field(default_factory=dict)
     peer_names: Dict[int, str] = field(default_factory=dict)
     probed: bool = False
+    #: The peer ids the collector gave this node to probe.
+    targets: List[int] = field(default_factory=list)
 
 
-def _connect(config: NodeConfig, deadline: float) -> Tuple[Optional[socket.socket], Any]:
+async def _connect(
+    config: NodeConfig, deadline: float
+) -> Tuple[Optional[Stream], Optional[BaseException]]:
     last: Optional[BaseException] = None
+    local = None if config.source_address is None else (config.source_address, 0)
+    first = True
     while True:
         for address in config.endpoint_addresses:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if first:
+                left = max(left, FIRST_ATTEMPT)
+            elif left <= 0:
                 return None, last
             try:
-                sock = socket.create_connection(
-                    (address, config.port), timeout=min(ENDPOINT_CONNECT_TIMEOUT, left)
+                reader, writer = await within(
+                    asyncio.open_connection(address, config.port, limit=MAX_LINE, local_addr=local),
+                    time.monotonic() + min(ENDPOINT_CONNECT_TIMEOUT, left),
                 )
-                return sock, None
+                return Stream(reader, writer), None
             except OSError as exc:
                 last = exc
+        first = False
         if time.monotonic() + RETRY_INTERVAL >= deadline:
             return None, last
-        time.sleep(RETRY_INTERVAL)
+        await asyncio.sleep(RETRY_INTERVAL)
 
 
-def run_client(config: NodeConfig, deadline: float) -> ClientOutcome:
+async def run_client(config: NodeConfig, deadline: float) -> ClientOutcome:
     """Join the collector at the endpoint, probe the peers it names, return its verdict."""
     out = ClientOutcome()
-    sock, last = _connect(config, deadline)
-    if sock is None:
+    stream, last = await _connect(config, deadline)
+    if stream is None:
         out.problem = no_collector_reason(config.endpoint, config.timeout, last)
         return out
     out.reached = True
-    channel = Channel(sock)
     late = deadline + CLIENT_GRACE
     step = "join"
     try:
@@ -138,26 +187,29 @@ def run_client(config: NodeConfig, deadline: float) -> ClientOutcome:
             "rdzv_id": config.rdzv_id,
             "report": config.report.to_json(),
         }
-        channel.send(hello, time.monotonic() + HELLO_TIMEOUT)
-        answer = channel.recv(time.monotonic() + HELLO_TIMEOUT)
+        await stream.send(hello, time.monotonic() + HELLO_TIMEOUT)
+        answer = await stream.recv(time.monotonic() + HELLO_TIMEOUT)
         if answer.get("type") == "reject":
+            out.answered = True
             out.problem = f"the collector refused this node: {answer.get('message')}"
             return out
         if answer.get("type") != "joined":
             raise ValueError("unexpected answer")
+        out.answered = True
         step = "peers"
-        peers = channel.recv(late)
+        peers = await stream.recv(late)
         me = peers.get("you")
         targets: List[Tuple[int, str, int]] = []
         for p in peers.get("peers") or []:
             out.peer_names[int(p["id"])] = str(p.get("hostname") or "?")
             if p["id"] != me and p.get("address") and isinstance(p.get("port"), int):
                 targets.append((int(p["id"]), str(p["address"]), int(p["port"])))
-        out.unreachable = probe_peers(targets, PROBE_TIMEOUT)
+        out.targets = [t[0] for t in targets]
+        out.unreachable = await probe_peers(targets, PROBE_TIMEOUT, config.source_address)
         out.probed = True
         step = "verdict"
-        channel.send({"type": "probes", "unreachable": out.unreachable}, late)
-        final = channel.recv(late + RESULTS_GRACE + SEND_GRACE)
+        await stream.send({"type": "probes", "unreachable": out.unreachable}, late)
+        final = await stream.recv(late + RESULTS_GRACE + SEND_GRACE)
         if final.get("type") != "verdict":
             raise ValueError("not a verdict")
         out.line = str(final.get("line"))
@@ -171,5 +223,5 @@ def run_client(config: NodeConfig, deadline: float) -> ClientOutcome:
         }[step]
         out.problem = f"the collector at {config.endpoint} {what} ({describe_error(exc)})"
     finally:
-        channel.close()
+        stream.close()
     return out
