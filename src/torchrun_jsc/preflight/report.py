@@ -232,9 +232,9 @@ def compute_verdict(
     if len(missing) <= NAMES_SHOWN:
         reasons += [f"{name}: never reached the endpoint {endpoint}" for name in missing]
     else:
-        reasons.append(
+        reasons.append(  # entries past the first few may be a count ("K more of E nodes")
             f"{expected - len(members)} of {expected} nodes never reached the endpoint "
-            f"{endpoint}: {name_list(missing)}"
+            f"{endpoint}: {', '.join(missing[:NAMES_SHOWN])}, …"
         )
     for m in members:
         reasons += [f"{names[m.id]}: {failure}" for failure in m.report.failures]
