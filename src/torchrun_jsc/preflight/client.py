@@ -175,7 +175,10 @@ async def run_client(config: NodeConfig, deadline: float) -> ClientOutcome:
     out = ClientOutcome()
     stream, last = await _connect(config, deadline)
     if stream is None:
-        out.problem = no_collector_reason(config.endpoint, config.timeout, last)
+        if config.port == 0:
+            out.problem = f"nothing can accept at {config.endpoint}: port 0 cannot be connected to"
+        else:
+            out.problem = no_collector_reason(config.endpoint, config.timeout, last)
         return out
     out.reached = True
     late = deadline + CLIENT_GRACE
