@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import os
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -32,6 +35,9 @@ def probe_listener(address: str, backlog: int = 128) -> socket.socket:
     family = socket.AF_INET6 if network.family_of(address) == 6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
+        # Inherited by the accepted connections: their TIME_WAITs then do not keep a later
+        # SO_REUSEADDR listener (the endpoint's, torch's store) off the same port.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((address, 0))
         sock.listen(backlog)
     except OSError:
@@ -40,17 +46,35 @@ def probe_listener(address: str, backlog: int = 128) -> socket.socket:
     return sock
 
 
-class _CloseAtOnce(asyncio.Protocol):
-    def __init__(self, server: ProbeServer) -> None:
-        self.server = server
+#: accept() errors after which a probe port pauses for a second (as asyncio's servers do).
+_RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+#: Linux: bind() to an address without taking a port yet; connect() picks one that is free for
+#: its destination (binding thousands of sources to port 0 would use up the port range).
+_BIND_ADDRESS_NO_PORT = getattr(
+    socket, "IP_BIND_ADDRESS_NO_PORT", 24 if sys.platform.startswith("linux") else None
+)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.server.accepted += 1
-        transport.close()
+
+def source_socket(address: str, source: Optional[str]) -> socket.socket:
+    """A non-blocking TCP socket for connecting to ``address``, bound to ``source`` if given."""
+    family = socket.AF_INET6 if network.family_of(address) == 6 else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        if source is not None:
+            if _BIND_ADDRESS_NO_PORT is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_IP, _BIND_ADDRESS_NO_PORT, 1)
+            sock.bind((source, 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class ProbeServer:
-    """A node's probe port: accepts connections and closes them at once."""
+    """A node's probe port: accepts connections and closes them at once. A reader callback
+    on the listening socket, no transport or protocol per connection."""
 
     def __init__(self, listener: socket.socket, backlog: int = 128) -> None:
         self.listener = listener
@@ -58,19 +82,35 @@ class ProbeServer:
         self.port = int(listener.getsockname()[1])
         #: Connections accepted (how many peers probed this node).
         self.accepted = 0
-        self._server: Optional[asyncio.AbstractServer] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._fd = listener.fileno()
 
     async def start(self) -> None:
         """Serve on the running event loop."""
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _CloseAtOnce(self), sock=self.listener, backlog=self.backlog
-        )
+        self.listener.setblocking(False)
+        self.listener.listen(self.backlog)
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._fd, self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(self.backlog):
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _RESOURCE_ERRORS and self._loop is not None:
+                    self._loop.remove_reader(self._fd)
+                    self._loop.call_later(1.0, self._loop.add_reader, self._fd, self._accept)
+                return
+            self.accepted += 1
+            conn.close()
 
     def close(self) -> None:
         """Stop serving (never raises)."""
-        if self._server is not None:
-            self._server.close()
+        if self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._fd)
         with contextlib.suppress(OSError):
             self.listener.close()
 
@@ -78,29 +118,61 @@ class ProbeServer:
 async def probe_peers(
     peers: Sequence[Tuple[int, str, int]], timeout: float, source: Optional[str] = None
 ) -> Dict[int, str]:
-    """Connect to each ``(id, address, port)`` at once (from ``source`` if given); id -> error
-    for the failures."""
+    """Connect to each ``(id, address, port)`` at once (from ``source`` if given), each within
+    ``timeout``; id -> error for the failures. Non-blocking connects watched by the event loop:
+    one future and one timer for all of them."""
     loop = asyncio.get_running_loop()
+    errors: Dict[int, str] = {}
+    pending: Dict[int, Tuple[socket.socket, int]] = {}  # fd -> (socket, peer id)
+    done = loop.create_future()
 
-    async def one(address: str, port: int) -> Optional[str]:
-        family = socket.AF_INET6 if network.family_of(address) == 6 else socket.AF_INET
+    def settle(fd: int, error: Optional[str]) -> None:
+        sock, peer = pending.pop(fd)
+        loop.remove_writer(fd)
+        if error is not None:
+            errors[peer] = error
+        sock.close()
+        if not pending and not done.done():
+            done.set_result(None)
+
+    def connected(fd: int) -> None:
+        code = pending[fd][0].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        settle(fd, os.strerror(code) if code else None)
+
+    for peer, address, port in peers:
         try:
-            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock = source_socket(address, source)
         except OSError as exc:
-            return describe_error(exc)
+            errors[peer] = describe_error(exc)
+            continue
         try:
-            sock.setblocking(False)
-            if source is not None:
-                sock.bind((source, 0))
-            await within(loop.sock_connect(sock, (address, port)), time.monotonic() + timeout)
-            return None
+            code = sock.connect_ex((address, port))
         except OSError as exc:
-            return describe_error(exc)
-        finally:
+            errors[peer] = describe_error(exc)
             sock.close()
+            continue
+        if code in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+            pending[sock.fileno()] = (sock, peer)
+            loop.add_writer(sock.fileno(), connected, sock.fileno())
+            continue
+        if code:
+            errors[peer] = os.strerror(code)
+        sock.close()
+    if not pending:
+        return errors
 
-    errors = await asyncio.gather(*(one(address, port) for _, address, port in peers))
-    return {peer[0]: err for peer, err in zip(peers, errors) if err is not None}
+    def expire() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    timer = loop.call_later(timeout, expire)
+    try:
+        await done
+    finally:
+        timer.cancel()
+        for fd in list(pending):
+            settle(fd, "timed out")
+    return errors
 
 
 @dataclass(frozen=True)
@@ -141,13 +213,25 @@ class ClientOutcome:
     probed: bool = False
     #: The peer ids the collector gave this node to probe.
     targets: List[int] = field(default_factory=list)
+    #: Connection attempts towards the endpoint.
+    attempts: int = 0
+
+
+async def _open(address: str, port: int, source: Optional[str]) -> Stream:
+    sock = source_socket(address, source)
+    try:
+        await asyncio.get_running_loop().sock_connect(sock, (address, port))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=MAX_LINE)
+    except BaseException:
+        sock.close()
+        raise
+    return Stream(reader, writer)
 
 
 async def _connect(
-    config: NodeConfig, deadline: float
+    config: NodeConfig, deadline: float, out: ClientOutcome
 ) -> Tuple[Optional[Stream], Optional[BaseException]]:
     last: Optional[BaseException] = None
-    local = None if config.source_address is None else (config.source_address, 0)
     first = True
     while True:
         for address in config.endpoint_addresses:
@@ -156,12 +240,12 @@ async def _connect(
                 left = max(left, FIRST_ATTEMPT)
             elif left <= 0:
                 return None, last
+            out.attempts += 1
             try:
-                reader, writer = await within(
-                    asyncio.open_connection(address, config.port, limit=MAX_LINE, local_addr=local),
+                return await within(
+                    _open(address, config.port, config.source_address),
                     time.monotonic() + min(ENDPOINT_CONNECT_TIMEOUT, left),
-                )
-                return Stream(reader, writer), None
+                ), None
             except OSError as exc:
                 last = exc
         first = False
@@ -173,7 +257,7 @@ async def _connect(
 async def run_client(config: NodeConfig, deadline: float) -> ClientOutcome:
     """Join the collector at the endpoint, probe the peers it names, return its verdict."""
     out = ClientOutcome()
-    stream, last = await _connect(config, deadline)
+    stream, last = await _connect(config, deadline, out)
     if stream is None:
         if config.port == 0:
             out.problem = f"nothing can accept at {config.endpoint}: port 0 cannot be connected to"

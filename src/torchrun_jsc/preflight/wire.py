@@ -40,17 +40,41 @@ def remaining(deadline: float) -> float:
 
 async def within(awaitable: Awaitable[T], deadline: float) -> T:
     """Await ``awaitable`` until ``deadline``; past it raise ``socket.timeout`` (an
-    ``OSError`` on every Python version, which ``asyncio.TimeoutError`` is not before 3.11)."""
+    ``OSError`` on every Python version, which ``asyncio.TimeoutError`` is not before 3.11).
+
+    Like ``asyncio.timeout`` (3.11+): a timer cancels the waiting task, no task per call
+    (``asyncio.wait_for`` makes one before 3.12; thousands of nodes make many calls)."""
     try:
         left = remaining(deadline)
     except OSError:
         if asyncio.iscoroutine(awaitable):
             awaitable.close()
         raise
+    task = asyncio.current_task()
+    if task is None:  # not inside a task: nothing to cancel
+        try:
+            return await asyncio.wait_for(awaitable, left)
+        except asyncio.TimeoutError:
+            raise socket.timeout("timed out") from None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(left, expire)
     try:
-        return await asyncio.wait_for(awaitable, left)
-    except asyncio.TimeoutError:
+        return await awaitable
+    except asyncio.CancelledError:
+        if not expired:
+            raise
+        uncancel = getattr(task, "uncancel", None)  # 3.11+: this cancellation is handled
+        if uncancel is not None:
+            uncancel()
         raise socket.timeout("timed out") from None
+    finally:
+        timer.cancel()
 
 
 class Stream:
@@ -66,6 +90,9 @@ class Stream:
 
     async def drain(self, deadline: float) -> None:
         """Wait until the queued lines are handed to the kernel; raises ``OSError``."""
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() == 0 and not transport.is_closing():
+            return  # all written already: the common case, no waiting to set up
         await within(self.writer.drain(), deadline)
 
     async def send(self, message: Mapping[str, Any], deadline: float) -> None:
