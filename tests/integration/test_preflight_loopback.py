@@ -1,18 +1,23 @@
-"""The preflight protocol for real on loopback: collector, clients, probes (sockets, threads)."""
+"""The preflight protocol for real on loopback: collector, clients, probes (sockets; each node
+its own asyncio loop in a thread, or many simulated nodes with their own 127.x.y.z addresses
+in one loop)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import socket
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 from torchrun_jsc import preflight
 from torchrun_jsc.preflight import collector, wire
-from torchrun_jsc.preflight.client import NodeConfig
+from torchrun_jsc.preflight.assign import probe_targets, probers_of
+from torchrun_jsc.preflight.client import ClientOutcome, NodeConfig, run_client
 from torchrun_jsc.preflight.report import NodeReport
 from torchrun_jsc.preflight.wire import Channel
 
@@ -223,3 +228,92 @@ def test_foreign_server_on_the_port() -> None:
     assert code == 1
     assert "did not answer as a torchrun_jsc preflight collector" in out.getvalue()
     assert elapsed < collector.HELLO_TIMEOUT + 1, "no wait for the whole timeout"
+
+
+def test_endpoint_port_zero_is_not_called_another_node() -> None:
+    host = config("n0", 0, 0, True, expected=2, timeout=1.0)
+    out = io.StringIO()
+    assert preflight.run_node(host, out) == 1
+    text = out.getvalue()
+    assert "is not this node" not in text, text
+    assert "n0 considers itself host, but no node joined its collector on port 0 within 1 s" in (
+        text
+    )
+    assert "the endpoint's port is 0: no node can connect to it" in text
+    assert "n0: nothing can accept at 127.0.0.1:0: port 0 cannot be connected to" in text
+
+
+@pytest.mark.parametrize("timeout", [0.001, 0.05])
+def test_tiny_timeout_is_not_called_another_node(timeout: float) -> None:
+    port = free_port()
+    out = io.StringIO()
+    started = time.monotonic()
+    assert preflight.run_node(config("n0", 0, port, True, expected=2, timeout=timeout), out) == 1
+    text = out.getvalue()
+    assert "is not this node" not in text, text
+    assert "never reached the endpoint" in text or "no node joined its collector" in text, text
+    assert time.monotonic() - started < 5
+
+
+# --------------------------------------------------------------------------- many nodes
+
+
+def address(i: int) -> str:
+    """Simulated node i's own loopback address (Linux answers on all of 127.0.0.0/8)."""
+    k = i + 1
+    return f"127.{1 + k // 65536}.{(k // 256) % 256}.{k % 256}"
+
+
+def simulate(n: int, dead: Optional[int] = None) -> Tuple[List[Any], int]:
+    """n nodes (node rank i at address(i), node 0 the host) in one event loop; node ``dead``
+    joins with a probe port where nothing listens. (results, endpoint port)."""
+    port = free_port()
+
+    def conf(i: int) -> NodeConfig:
+        report = NodeReport(f"sim{i}", i, i == 0, address(i), None, "lo")
+        endpoint = (address(0),)
+        return NodeConfig(
+            report, f"{address(0)}:{port}", endpoint, port, "7", n, 20.0, (), address(0), address(i)
+        )
+
+    async def dead_node(config: NodeConfig) -> ClientOutcome:
+        with socket.socket() as s:  # bound, never listening: connecting is refused
+            s.bind((address(dead or 0), 0))
+            report = replace(config.report, probe_port=int(s.getsockname()[1]))
+            return await run_client(replace(config, report=report), time.monotonic() + 20.0)
+
+    async def main() -> List[Any]:
+        jobs = [
+            dead_node(conf(i)) if i == dead else preflight.run_node_async(conf(i)) for i in range(n)
+        ]
+        return list(await asyncio.gather(*jobs))
+
+    return asyncio.run(main()), port
+
+
+def test_64_nodes_probe_exactly_their_assignment() -> None:
+    n = 64
+    results, port = simulate(n)
+    table = probe_targets(n)
+    assert results[0].text.splitlines()[0] == f"preflight: endpoint {address(0)}:{port}, 64 nodes"
+    assert results[0].text.splitlines()[-1] == "preflight: OK (64 nodes)"
+    assert results[0].collector_accepted == n
+    for i, r in enumerate(results):
+        assert r.code == 0, r.text
+        # ids are join order; the peer names say which ranks this node was given
+        probed = sorted(int(r.client.peer_names[t][3:]) for t in r.client.targets)
+        assert probed == sorted(table[i]), i
+        assert r.probes_accepted == len(probers_of(n, i)) == 6, "probed by its probers only"
+
+
+def test_dead_probe_port_names_the_node_and_its_probers() -> None:
+    n, dead = 32, 9
+    results, _ = simulate(n, dead)
+    line = results[0].text.splitlines()[-1]
+    probers = ", ".join(f"sim{p}" for p in sorted(probers_of(n, dead)))
+    assert line.startswith(f"preflight: FAIL: sim{dead}: its address {address(dead)}:"), line
+    assert f"is unreachable from every node that probed it: {probers} (Connection refused)" in line
+    for i, r in enumerate(results):
+        outcome = r if i == dead else r.client  # the dead node ran only a client
+        assert outcome.line == line, i
+        assert outcome.ok is False

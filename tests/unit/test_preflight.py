@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import errno
 import socket
+import time
+from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pytest
 
 from torchrun_jsc import preflight
 from torchrun_jsc.plan import Prepared, make_plan
+from torchrun_jsc.preflight.assign import assign_probes, probe_targets, probers_of
+from torchrun_jsc.preflight.client import ClientOutcome, NodeConfig
 from torchrun_jsc.preflight.report import (
     Member,
     NodeReport,
@@ -220,9 +225,9 @@ def test_render_table() -> None:
         member(0, True, warnings=("w!",)),
         Member(1, rep("node1", 1, is_host=None), None, "sent no probe results (timed out)"),
     ]
-    text = render_table(members, ["node3"], EP)
+    text = render_table(members, ["node3"], EP, 4)
     lines = text.splitlines()
-    assert lines[0] == f"preflight: endpoint {EP}, 4 nodes"
+    assert lines[0] == f"preflight: endpoint {EP}, 4 nodes expected, 3 joined"
     assert lines[1].split() == [
         "node",
         "rank",
@@ -241,6 +246,132 @@ def test_render_table() -> None:
     assert rows[3][:6] == ["node3", "-", "-", "-", "-", "NOT"]
     assert "  node0: warning: w!" in lines
     assert "  node1: sent no probe results (timed out)" in lines
+
+
+def test_header_counts_the_expected_nodes() -> None:
+    """Not joined + missing entries: "2 of 3 nodes" is one entry but two nodes."""
+    one = [member(0, True)]
+    assert render_table(one, [], EP, 1).splitlines()[0] == f"preflight: endpoint {EP}, 1 node"
+    unnamed = [Member(0, rep("n0", None, is_host=True), {})]
+    missing = missing_names([m.report for m in unnamed], 3)
+    assert missing == ["2 of 3 nodes"]
+    header = render_table(unnamed, missing, EP, 3).splitlines()[0]
+    assert header == f"preflight: endpoint {EP}, 3 nodes expected, 1 joined"
+
+
+def test_nnodes_range_header() -> None:
+    """--nnodes=1:3 outside Slurm waits for 3 nodes and says so, not "2 nodes"."""
+    expected = expected_nodes(1, 3, None)
+    missing = missing_names([member(0).report], expected)
+    assert missing == ["node rank 1", "node rank 2"]
+    text = render_table([member(0, True)], missing, EP, expected)
+    assert text.splitlines()[0] == f"preflight: endpoint {EP}, 3 nodes expected, 1 joined"
+
+
+def test_absurd_node_count_is_cheap_and_bounded() -> None:
+    """--nnodes=100000000: names a few ranks, counts the rest; short verdict line."""
+    expected = 100_000_000
+    joined = [member(0, True)]
+    missing = missing_names([m.report for m in joined], expected, ("node0", "node1"))
+    assert missing[:3] == ["node1", "node rank 2", "node rank 3"]
+    assert len(missing) == 2 + 16
+    assert missing[-1] == "99999982 more of 100000000 nodes"
+    header = render_table(joined, missing, EP, expected).splitlines()[0]
+    assert header == f"preflight: endpoint {EP}, 100000000 nodes expected, 1 joined"
+    verdict = compute_verdict(joined, expected, missing, EP)
+    assert verdict.nodes == expected
+    assert verdict.reasons == (
+        f"99999999 of 100000000 nodes never reached the endpoint {EP}: node1, node rank 2, "
+        "node rank 3, node rank 4, node rank 5, node rank 6, node rank 7, node rank 8, …",
+    )
+
+
+def test_missing_ranks_beyond_the_node_list() -> None:
+    reports = [rep("a", 0), rep("c", 2)]
+    assert missing_names(reports, 5, ("a", "b", "c")) == ["b", "node rank 3", "node rank 4"]
+    assert missing_names([rep("a", 7)], 3) == ["2 of 3 nodes"], "a rank outside the range"
+
+
+def ring(n: int, failed: Dict[int, Dict[int, str]]) -> List[Member]:
+    """n members (id = rank) with the assignment's targets; ``failed``: prober -> errors."""
+    members = [member(i, i == 0) for i in range(n)]
+    assignment = assign_probes(members)
+    return [replace(m, targets=assignment[m.id], unreachable=failed.get(m.id, {})) for m in members]
+
+
+def test_partial_probing_names_pairs_and_all_probers() -> None:
+    n = 10
+    dead = 4  # its probe port closed: every node that probes it fails
+    probers = sorted(probers_of(n, dead))
+    failed: Dict[int, Dict[int, str]] = {p: {dead: "Connection refused"} for p in probers}
+    lone = 8  # one broken pair: 8 (not a prober of 4) cannot reach its first target
+    first = probe_targets(n)[lone][0]
+    failed.setdefault(lone, {})[first] = "timed out"
+    members = ring(n, failed)
+    assert all(dead in (m.targets or ()) for m in members if m.id in probers)
+    verdict = compute_verdict(members, n, [], EP)
+    names = ", ".join(f"node{p}" for p in probers)
+    assert verdict.reasons == (
+        f"node{dead}: its address {ib(dead)}:{40000 + dead} is unreachable from every node "
+        f"that probed it: {names} (Connection refused)",
+        f"node{first}: its address {ib(first)}:{40000 + first} is unreachable from node{lone} "
+        "(timed out)",
+    )
+    table = render_table(members, [], EP, n).splitlines()
+    assert table[0] == f"preflight: endpoint {EP}, 10 nodes"
+    assert table[2 + lone].split()[6:] == [f"node{first}"]
+
+
+def test_probers_without_results_do_not_count() -> None:
+    n = 12
+    dead = 5
+    probers = sorted(probers_of(n, dead))
+    silent = probers[0]
+    failed: Dict[int, Dict[int, str]] = {p: {dead: "No route to host"} for p in probers[1:]}
+    members = ring(n, failed)
+    members[silent] = replace(members[silent], unreachable=None, problem="sent no probe results")
+    reasons = compute_verdict(members, n, [], EP).reasons
+    assert reasons[-1] == (
+        f"node{dead}: its address {ib(dead)}:{40000 + dead} is unreachable from every node that "
+        f"probed it: {', '.join(f'node{p}' for p in probers[1:])} (No route to host)"
+    )
+
+
+def test_large_job_verdict_is_quick_and_bounded() -> None:
+    n = 5000
+    members = ring(n, {k: {(k + 1) % n: "timed out"} for k in range(0, n, 2)})
+    members = [replace(m, report=replace(m.report, is_host=True)) for m in members]
+    started = time.monotonic()
+    verdict = compute_verdict(members, n + 10, [f"x{k}" for k in range(10)], EP)
+    render_table(members, [], EP, n + 10)
+    assert time.monotonic() - started < 10, "linear in the nodes, not quadratic"
+    assert verdict.reasons[0].startswith(
+        "5000 nodes consider themselves host: node0, node1, node2, node3, node4, node5, node6, "
+        "node7 and 4992 more"
+    )
+    assert verdict.truncated and len(verdict.reasons) == 2 + n // 2
+    assert verdict.line.endswith("; and 2482 more problems (the host lists them all)")
+    assert len(verdict.line) < 4000
+
+
+@pytest.mark.parametrize(
+    ("answered", "hellos", "port", "words", "not_words"),
+    [
+        (True, 0, 29500, ["got no connection", "is not this node"], ["no node joined"]),
+        (False, 0, 29500, ["no node joined its collector on port 29500 within 20 s"], ["not this"]),
+        (True, 1, 29500, ["no node joined"], ["is not this node"]),  # refused late, own hello
+        (False, 0, 0, ["on port 0 within 20 s", "port is 0: no node can connect"], ["not this"]),
+    ],
+)
+def test_host_without_joins(
+    answered: bool, hellos: int, port: int, words: List[str], not_words: List[str]
+) -> None:
+    config = NodeConfig(rep("node0", 0, is_host=True), f"node0i:{port}", (ib(0),), port, "7", 2, 20)
+    client = ClientOutcome(reached=answered, answered=answered)
+    text = preflight._no_join(config, config.report, client, SimpleNamespace(hellos=hellos))
+    assert text.startswith("node0 considers itself host, but ")
+    assert all(w in text for w in words), text
+    assert not any(w in text for w in not_words), text
 
 
 def test_report_json_round_trip() -> None:

@@ -1,44 +1,90 @@
 """``TORCHRUN_JSC_PREFLIGHT=1``: check the whole job within seconds, launch nothing.
 
-Every node is a client (:mod:`.client`); a node that considers itself host also runs a
-collector (:mod:`.collector`) on the rendezvous endpoint's port. The wire format is
-:mod:`.wire`; the verdict and the table are pure (:mod:`.report`).
+Every node is a client (:mod:`.client`) with a probe port; a node that considers itself host
+also runs a collector (:mod:`.collector`) on the rendezvous endpoint's port. The wire format
+is :mod:`.wire`; the verdict and the table are pure (:mod:`.report`), and so is which peers each
+node probes (:mod:`.assign`). Everything of a node runs on one asyncio event loop.
 
 1. client -> collector ``hello`` (protocol, rdzv id, this node's report: hostname, node rank,
    is_host, advertised address, probe port, interface, plan warnings and predicted failures);
    collector -> client ``joined`` (id, expected node count) or ``reject``.
 2. When the expected nodes have joined (or at the deadline): collector -> every client
-   ``peers``; each client connects to the probe port of the peers it is given (on their
-   advertised addresses) and answers ``probes`` (peer id -> error).
+   ``peers``, only the few peers this node probes (:func:`.assign.assign_probes`); each client
+   connects to their probe ports (on their advertised addresses) and answers ``probes``
+   (peer id -> error).
 3. collector -> every client ``verdict``; the collector's node prints the per-node table.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
-import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import List, Optional, TextIO, Tuple
 
 from .. import network
 from ..plan import Prepared
 from ..slurm import expand_hostlist
-from .client import ClientOutcome, NodeConfig, _serve_and_close, probe_listener, run_client
-from .collector import RESULTS_GRACE, SEND_GRACE, Collector, endpoint_listener
+from .assign import MAX_PROBES, assign_probes, probe_offsets, probe_targets, probers_of
+from .client import ClientOutcome, NodeConfig, ProbeServer, probe_listener, run_client
+from .collector import RESULTS_GRACE, SEND_GRACE, Collector, endpoint_listener, listen_backlog
 from .report import NodeReport, Verdict, describe_error, expected_nodes
+
+__all__ = [
+    "MAX_PROBES",
+    "NodeConfig",
+    "NodeResult",
+    "assign_probes",
+    "node_config",
+    "probe_offsets",
+    "probe_targets",
+    "probers_of",
+    "run_node",
+    "run_node_async",
+    "run_preflight",
+]
+
+
+@dataclass
+class NodeResult:
+    """One node's preflight: its exit code, what it prints, and counts for benchmarks."""
+
+    code: int
+    text: str
+    client: ClientOutcome
+    verdict: Optional[Verdict] = None
+    #: The collector's accepted connections (None: this node ran none).
+    collector_accepted: Optional[int] = None
+    #: Connections this node's probe port accepted (None: it had none).
+    probes_accepted: Optional[int] = None
 
 
 def run_node(config: NodeConfig, out: TextIO) -> int:
     """This node's whole preflight; prints to ``out``; 0 when the job-wide verdict is OK."""
+    result = asyncio.run(run_node_async(config))
+    out.write(result.text)
+    out.flush()
+    return result.code
+
+
+async def run_node_async(config: NodeConfig) -> NodeResult:
+    """:func:`run_node` on the running event loop, printing nothing (many nodes can share a
+    loop: the loopback benchmark runs thousands in a few processes)."""
     started = time.monotonic()
     deadline = started + config.timeout
     report = config.report
-    stop = threading.Event()
+    stop = asyncio.Event()
+    backlog = listen_backlog(config.expected)
+    probes: Optional[ProbeServer] = None
     if report.address is not None:
         try:
-            listener = probe_listener(report.address)
+            probes = ProbeServer(probe_listener(report.address, backlog), backlog)
+            await probes.start()
         except OSError as exc:
+            if probes is not None:
+                probes.close()
+                probes = None
             report = replace(
                 report,
                 failures=(
@@ -48,15 +94,14 @@ def run_node(config: NodeConfig, out: TextIO) -> int:
                 ),
             )
         else:
-            report = replace(report, probe_port=int(listener.getsockname()[1]))
-            threading.Thread(target=_serve_and_close, args=(listener, stop), daemon=True).start()
-    collected: List[Optional[Tuple[Verdict, str]]] = []
-    collector_thread: Optional[threading.Thread] = None
+            report = replace(report, probe_port=probes.port)
+    collector: Optional[Collector] = None
+    collecting: Optional[asyncio.Task[Optional[Tuple[Verdict, str]]]] = None
     host_problem: Optional[str] = None
     if report.is_host:
         ipv6 = any(network.family_of(a) == 6 for a in config.endpoint_addresses)
         try:
-            server = endpoint_listener(config.port, ipv6, config.listen_address)
+            server = endpoint_listener(config.port, ipv6, config.listen_address, backlog)
         except OSError as exc:
             host_problem = (
                 f"{report.hostname} considers itself host but cannot listen on port "
@@ -64,24 +109,64 @@ def run_node(config: NodeConfig, out: TextIO) -> int:
             )
         else:
             collector = Collector(
-                server, config.rdzv_id, config.expected, config.endpoint, config.names_by_rank
+                server,
+                config.rdzv_id,
+                config.expected,
+                config.endpoint,
+                config.names_by_rank,
+                backlog,
             )
-            collector_thread = threading.Thread(
-                target=lambda: collected.append(collector.run(deadline, stop)), daemon=True
-            )
-            collector_thread.start()
-    client = run_client(replace(config, report=report), deadline)
-    stop.set()
-    if collector_thread is not None:
-        collector_thread.join(config.timeout + RESULTS_GRACE + 2 * SEND_GRACE)
-        if collected and collected[0] is None:
-            host_problem = (
-                f"{report.hostname} considers itself host, but its listener on port "
-                f"{config.port} got no connection: the endpoint {config.endpoint} "
-                f"({', '.join(config.endpoint_addresses)}) is not this node"
-            )
-    result = collected[0] if collected else None
-    return _print_outcome(config, report, client, result, host_problem, started, out)
+            await collector.start()
+            collecting = asyncio.ensure_future(collector.run(deadline, stop))
+    try:
+        client = await run_client(replace(config, report=report), deadline)
+        stop.set()
+        result: Optional[Tuple[Verdict, str]] = None
+        if collector is not None and collecting is not None:
+            try:
+                result = await asyncio.wait_for(
+                    collecting, config.timeout + RESULTS_GRACE + 2 * SEND_GRACE
+                )
+            except asyncio.TimeoutError:
+                host_problem = f"its collector on port {config.port} did not finish in time"
+            else:
+                if result is None:
+                    host_problem = _no_join(config, report, client, collector)
+    finally:
+        if collector is not None:
+            collector.close()
+        if probes is not None:
+            probes.close()
+    code, text = _print_outcome(config, report, client, result, host_problem, started)
+    return NodeResult(
+        code,
+        text,
+        client,
+        None if result is None else result[0],
+        None if collector is None else collector.accepted,
+        None if probes is None else probes.accepted,
+    )
+
+
+def _no_join(
+    config: NodeConfig, report: NodeReport, client: ClientOutcome, collector: Collector
+) -> str:
+    """Why nobody joined this host's collector: the endpoint is another node only when this
+    node's own client was answered by a collector and this one heard no hello at all."""
+    if client.answered and collector.hellos == 0:
+        return (
+            f"{report.hostname} considers itself host, but its listener on port "
+            f"{config.port} got no connection: the endpoint {config.endpoint} "
+            f"({', '.join(config.endpoint_addresses)}) is not this node (a collector there "
+            "answered this node)"
+        )
+    text = (
+        f"{report.hostname} considers itself host, but no node joined its collector on port "
+        f"{config.port} within {config.timeout:g} s"
+    )
+    if config.port == 0:
+        text += " (the endpoint's port is 0: no node can connect to it)"
+    return text
 
 
 def _print_outcome(
@@ -91,14 +176,16 @@ def _print_outcome(
     result: Optional[Tuple[Verdict, str]],
     host_problem: Optional[str],
     started: float,
-    out: TextIO,
-) -> int:
+) -> Tuple[int, str]:
     name = report.hostname or "this node"
     ok = True
     lines: List[str] = []
     if result is not None:
         verdict, table = result
-        lines += [table, verdict.line]
+        lines.append(table)
+        if verdict.truncated:
+            lines += [f"  FAIL: {reason}" for reason in verdict.reasons]
+        lines.append(verdict.line)
         ok = verdict.ok
     else:
         unreachable = ", ".join(
@@ -123,9 +210,7 @@ def _print_outcome(
     if problems:
         ok = False
         lines.append("preflight: FAIL: " + "; ".join(f"{name}: {p}" for p in problems))
-    out.write("\n".join(lines) + "\n")
-    out.flush()
-    return 0 if ok else 1
+    return (0 if ok else 1), "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- entry point

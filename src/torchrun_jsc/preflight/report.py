@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .. import network
 
@@ -80,6 +81,19 @@ class Member:
     unreachable: Optional[Dict[int, str]] = None
     #: What went wrong talking to this node after it joined (None: nothing).
     problem: Optional[str] = None
+    #: The member ids the collector asked it to probe (None: every other member that can be
+    #: probed, i.e. all pairs).
+    targets: Optional[Tuple[int, ...]] = None
+
+
+#: The verdict line names at most this many reasons (it goes to every node in one message);
+#: the host prints them all.
+REASONS_SHOWN = 20
+#: Lists of node names inside one reason stop after this many.
+NAMES_SHOWN = 8
+#: Nodes that never joined and have no name from the node list: at most this many are listed
+#: one by one (table rows), the rest are counted (``--nnodes=100000000`` names 16 ranks).
+UNNAMED_MISSING_SHOWN = 16
 
 
 @dataclass(frozen=True)
@@ -92,10 +106,28 @@ class Verdict:
 
     @property
     def line(self) -> str:
-        """``preflight: OK (4 nodes)`` or ``preflight: FAIL: <reason>; <reason>``."""
+        """``preflight: OK (4 nodes)`` or ``preflight: FAIL: <reason>; <reason>`` (at most
+        :data:`REASONS_SHOWN` reasons, then how many more)."""
         if self.ok:
             return f"preflight: OK ({self.nodes} node{'s' if self.nodes != 1 else ''})"
-        return "preflight: FAIL: " + "; ".join(self.reasons)
+        shown = list(self.reasons[:REASONS_SHOWN])
+        if len(self.reasons) > REASONS_SHOWN:
+            shown.append(
+                f"and {len(self.reasons) - REASONS_SHOWN} more problems (the host lists them all)"
+            )
+        return "preflight: FAIL: " + "; ".join(shown)
+
+    @property
+    def truncated(self) -> bool:
+        """Whether :attr:`line` leaves reasons out."""
+        return len(self.reasons) > REASONS_SHOWN
+
+
+def name_list(names: Sequence[str], limit: int = NAMES_SHOWN) -> str:
+    """``a, b, c`` or, past ``limit`` names, ``a, b, …, h and 12 more``."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return ", ".join(names[:limit]) + f" and {len(names) - limit} more"
 
 
 def expected_nodes(min_nodes: int, max_nodes: int, step_nodes: Optional[int]) -> int:
@@ -111,16 +143,32 @@ def expected_nodes(min_nodes: int, max_nodes: int, step_nodes: Optional[int]) ->
 def missing_names(
     reports: Sequence[NodeReport], expected: int, names_by_rank: Sequence[str] = ()
 ) -> List[str]:
-    """Names for the nodes that never joined: by node rank when every report has one."""
+    """Names for the nodes that never joined: by node rank when every report has one (the node
+    list's name, else ``node rank K``), else the node list's names nobody reported, else a
+    count. Ranks without a name are listed up to :data:`UNNAMED_MISSING_SHOWN`, the rest
+    counted (``K more of E nodes``); time and memory grow with the reports and the node list,
+    not with ``expected``."""
     count = expected - len(reports)
     if count <= 0:
         return []
     ranks = [r.node_rank for r in reports]
-    if all(r is not None for r in ranks) and len(set(ranks)) == len(ranks):
-        absent = [k for k in range(expected) if k not in ranks][:count]
-        names = [names_by_rank[k] if k < len(names_by_rank) else f"node rank {k}" for k in absent]
-        if len(names) == count:
-            return names
+    known = {r for r in ranks if r is not None}
+    if len(known) == len(ranks) and sum(1 for r in known if 0 <= r < expected) == len(known):
+        names: List[str] = []
+        unnamed = 0
+        for k in range(expected):
+            if k in known:
+                continue
+            if k < len(names_by_rank):
+                names.append(names_by_rank[k])
+            elif unnamed < UNNAMED_MISSING_SHOWN:
+                names.append(f"node rank {k}")
+                unnamed += 1
+            else:
+                break
+        if len(names) < count:
+            names.append(f"{count - len(names)} more of {expected} nodes")
+        return names
     seen = {r.hostname for r in reports}
     unseen = [n for n in names_by_rank if n not in seen][:count]
     if len(unseen) == count:
@@ -160,13 +208,16 @@ def by_rank(members: Sequence[Member]) -> List[Member]:
 def compute_verdict(
     members: Sequence[Member], expected: int, missing: Sequence[str], endpoint: str
 ) -> Verdict:
-    """The verdict from what the collector gathered; reasons name each broken node."""
+    """The verdict from what the collector gathered; reasons name each broken node.
+
+    Time grows with the members times their targets (all pairs only for members without
+    :attr:`Member.targets`)."""
     names = labels(members)
     members = by_rank(members)
     reasons: List[str] = []
     hosts = [names[m.id] for m in members if m.report.is_host]
     if len(hosts) > 1:
-        reasons.append(f"{len(hosts)} nodes consider themselves host: {', '.join(hosts)}")
+        reasons.append(f"{len(hosts)} nodes consider themselves host: {name_list(hosts)}")
     elif members and not hosts:
         reasons.append("no node that reached the collector considers itself host")
     claims: Dict[int, List[str]] = {}
@@ -174,37 +225,23 @@ def compute_verdict(
         if m.report.node_rank is not None:
             claims.setdefault(m.report.node_rank, []).append(names[m.id])
     reasons += [
-        f"node rank {rank} is claimed by {len(who)} nodes: {', '.join(who)}"
+        f"node rank {rank} is claimed by {len(who)} nodes: {name_list(who)}"
         for rank, who in sorted(claims.items())
         if len(who) > 1
     ]
-    reasons += [f"{name}: never reached the endpoint {endpoint}" for name in missing]
+    if len(missing) <= NAMES_SHOWN:
+        reasons += [f"{name}: never reached the endpoint {endpoint}" for name in missing]
+    else:
+        reasons.append(  # entries past the first few may be a count ("K more of E nodes")
+            f"{expected - len(members)} of {expected} nodes never reached the endpoint "
+            f"{endpoint}: {', '.join(missing[:NAMES_SHOWN])}, …"
+        )
     for m in members:
         reasons += [f"{names[m.id]}: {failure}" for failure in m.report.failures]
         if m.problem is not None:
             reasons.append(f"{names[m.id]}: {m.problem}")
-    ids = {m.id for m in members}
-    for target in members:
-        if target.report.address is None or target.report.probe_port is None:
-            continue
-        sources = [
-            (names[m.id], m.unreachable[target.id])
-            for m in members
-            if m.unreachable is not None and target.id in m.unreachable
-        ]
-        if not sources:
-            continue
-        probers = [m for m in members if m.unreachable is not None and m.id != target.id]
-        who = (
-            "every other node"
-            if len(sources) == len(probers) > 1
-            else ", ".join(name for name, _ in sources)
-        )
-        errors = sorted({err for _, err in sources})
-        reasons.append(
-            f"{names[target.id]}: its address {_where(target.report)} is unreachable from "
-            f"{who} ({', '.join(errors)})"
-        )
+    reasons += _unreachable_reasons(members, names)
+    ids = set(names)
     for m in members:
         unknown = set(m.unreachable or ()) - ids
         if unknown:
@@ -213,8 +250,59 @@ def compute_verdict(
     return Verdict(ok=not reasons, nodes=total, reasons=tuple(reasons))
 
 
-def render_table(members: Sequence[Member], missing: Sequence[str], endpoint: str) -> str:
-    """The per-node table, sorted by node rank, then the nodes' warnings and failures."""
+def _probeable(report: NodeReport) -> bool:
+    return report.address is not None and report.probe_port is not None
+
+
+def _unreachable_reasons(members: Sequence[Member], names: Mapping[int, str]) -> List[str]:
+    """One reason per member some prober could not reach: who failed, with the errors; "every
+    node that probed it" (all pairs: "every other node") when all of its probers failed."""
+    by_id = {m.id: m for m in members}
+    position = {m.id: k for k, m in enumerate(members)}  # members come ordered by rank
+    reported = [m for m in members if m.unreachable is not None]
+    everybody = {m.id for m in members if _probeable(m.report)}
+    probers: Dict[int, List[int]] = {}  # target -> members that were to probe it and answered
+    failed: Dict[int, List[Tuple[int, str]]] = {}  # target -> (prober, error)
+    all_pairs = True
+    for m in reported:
+        if m.targets is None:
+            targets: Iterable[int] = everybody - {m.id}
+        else:
+            all_pairs = False
+            targets = m.targets
+        for t in targets:
+            probers.setdefault(t, []).append(m.id)
+        for t, error in (m.unreachable or {}).items():
+            if t in by_id:
+                failed.setdefault(t, []).append((m.id, error))
+    reasons: List[str] = []
+    for target in members:
+        sources = failed.get(target.id)
+        if not sources or not _probeable(target.report):
+            continue
+        asked = set(probers.get(target.id, ())) | {s for s, _ in sources}
+        failing = [names[s] for s in sorted({s for s, _ in sources}, key=position.__getitem__)]
+        if len(sources) == len(asked) > 1:
+            who = (
+                "every other node"
+                if all_pairs and asked == {m.id for m in reported} - {target.id}
+                else f"every node that probed it: {name_list(failing)}"
+            )
+        else:
+            who = name_list(failing)
+        errors = sorted({err for _, err in sources})
+        reasons.append(
+            f"{names[target.id]}: its address {_where(target.report)} is unreachable from "
+            f"{who} ({', '.join(errors)})"
+        )
+    return reasons
+
+
+def render_table(
+    members: Sequence[Member], missing: Sequence[str], endpoint: str, expected: int
+) -> str:
+    """The per-node table, sorted by node rank, then the nodes' warnings and failures. The
+    header counts the expected nodes (``4 nodes``, or ``4 nodes expected, 3 joined``)."""
     names = labels(members)
     order = by_rank(members)
     header = ("node", "rank", "host", "address", "iface", "endpoint", "peers unreachable")
@@ -238,7 +326,10 @@ def render_table(members: Sequence[Member], missing: Sequence[str], endpoint: st
         )
     rows += [(name, "-", "-", "-", "-", "NOT reached", "-") for name in missing]
     widths = [max(len(row[k]) for row in rows) for k in range(len(header))]
-    lines = [f"preflight: endpoint {endpoint}, {len(members) + len(missing)} nodes"]
+    count = f"{expected} node{'s' if expected != 1 else ''}"
+    if len(members) != expected:
+        count += f" expected, {len(members)} joined"
+    lines = [f"preflight: endpoint {endpoint}, {count}"]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     for m in order:
         lines += [f"  {names[m.id]}: warning: {w}" for w in m.report.warnings]
@@ -252,6 +343,10 @@ def describe_error(exc: BaseException) -> str:
     """``No route to host``, ``timed out``, ``Connection refused`` …"""
     if isinstance(exc, socket.timeout):
         return "timed out"
+    code = getattr(exc, "errno", None)
+    resolving = isinstance(exc, (socket.gaierror, socket.herror))
+    if isinstance(exc, OSError) and not resolving and isinstance(code, int) and code > 0:
+        return os.strerror(code)  # asyncio says "Connect call failed (address)"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__
