@@ -32,6 +32,11 @@ class NodeFacts:
     #: Endpoint addresses that belong to this node.
     local_endpoint_addresses: Tuple[str, ...] = ()
     python_version: Tuple[int, int] = (3, 11)
+    #: ``sys.platform``.
+    platform: str = "linux"
+    #: Seconds since this node's Slurm step started (its step daemon, an ancestor of this
+    #: process, was created); None outside Slurm or when it cannot be found.
+    step_age: Optional[float] = None
     #: Seconds spent gathering (for explain and the benchmark).
     seconds: float = 0.0
 
@@ -70,5 +75,25 @@ def gather(endpoint_host: Optional[str], resolve_timeout: float) -> NodeFacts:
         route_sources=routes,
         local_endpoint_addresses=local,
         python_version=(sys.version_info[0], sys.version_info[1]),
+        platform=sys.platform,
+        step_age=step_age(),
         seconds=time.monotonic() - started,
     )
+
+
+#: Process names of Slurm's per-step daemon (stock Slurm) and ParaStation's task forwarder
+#: (psslurm, on JSC's systems): the nearest such ancestor started with the step on this node.
+STEP_DAEMONS = ("slurmstepd", "psidforwarder")
+
+
+def step_age() -> Optional[float]:
+    """Seconds since the nearest Slurm step daemon among this process's ancestors started."""
+    import psutil
+
+    try:
+        for parent in psutil.Process().parents():
+            if parent.name() in STEP_DAEMONS:
+                return max(0.0, time.time() - float(parent.create_time()))
+    except psutil.Error:
+        return None
+    return None

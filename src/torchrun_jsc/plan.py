@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from . import guards, network
+from . import guards, lifecycle, network
 from .errors import ConfigError
 from .facts import NodeFacts
 from .request import IGNORED_RDZV_KEYS, Request, format_rdzv_conf, torch_bool
@@ -105,6 +105,8 @@ class Prepared:
 @dataclass
 class _Draft:
     args: List[str] = field(default_factory=list)
+    #: Rendezvous keys to set in the one --rdzv_conf torchrun_jsc adds.
+    conf: Dict[str, str] = field(default_factory=dict)
     env: Dict[str, str] = field(default_factory=dict)
     patches: List[PatchSpec] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
@@ -143,11 +145,26 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
             draft.decide(option, value, f"Slurm auto-configuration: {reason}")
         draft.args.extend(request.auto.args)
     _apply_guards(draft, request)
+    fixing = False
     if request.untouched is not None:
         draft.decide("rendezvous", "unchanged", request.untouched)
     else:
-        _fix_rendezvous(draft, request, version, facts)
+        fixing = _fix_rendezvous(draft, request, version, facts)
+    _agent_side(draft, request, version, facts, fixing)
     return _finish(draft, request, version, strategy)
+
+
+def _agent_side(
+    draft: _Draft, request: Request, version: TorchVersion, facts: NodeFacts, fixing: bool
+) -> None:
+    side = lifecycle.plan_agent_side(request, version, facts, draft.is_host, fixing)
+    draft.patches += [PatchSpec(name, params, reason) for name, params, reason in side.patches]
+    draft.decisions += [Decision(*d) for d in side.decisions]
+    draft.warnings += side.warnings
+    draft.conf.update(side.conf)
+    if draft.conf:  # after the auto-configured options, before --local_addr
+        at = len(request.auto.args) if request.auto is not None else 0
+        draft.args.insert(at, f"--rdzv_conf={format_rdzv_conf({**request.conf, **draft.conf})}")
 
 
 def _apply_guards(draft: _Draft, request: Request) -> None:
@@ -191,7 +208,9 @@ def _torch_bug_variables(
 
 def _fix_rendezvous(
     draft: _Draft, request: Request, version: TorchVersion, facts: NodeFacts
-) -> None:
+) -> bool:
+    """Decide host, address and interfaces; True when this node's rendezvous is fixed (False:
+    the endpoint resolves to loopback only, so it is left alone)."""
     assert request.endpoint is not None and request.options is not None
     host = request.endpoint.host
     conf = request.conf
@@ -212,7 +231,7 @@ def _fix_rendezvous(
         draft.decide(
             "rendezvous", "unchanged", f"endpoint {host} resolves to loopback addresses only"
         )
-        return
+        return False
     local = bool(facts.local_endpoint_addresses)
     _decide_is_host(draft, request, conf, local)
     _decide_address(draft, request, strategy_for(version), facts)
@@ -234,6 +253,7 @@ def _fix_rendezvous(
         )
     _decide_ifname(draft, request, facts)
     _torch_bug_variables(draft, request, version, facts)
+    return request.options.multi_node
 
 
 def _decide_is_host(draft: _Draft, request: Request, conf: Dict[str, str], local: bool) -> None:
@@ -272,8 +292,7 @@ def _decide_is_host(draft: _Draft, request: Request, conf: Dict[str, str], local
         draft.decide("is_host", "torch's guess", "no node rank and TORCHRUN_JSC_HOST_BY_ADDRESS=0")
         return
     draft.is_host = is_host
-    conf = {**conf, "is_host": "1" if is_host else "0"}
-    draft.args.append(f"--rdzv_conf={format_rdzv_conf(conf)}")
+    draft.conf["is_host"] = "1" if is_host else "0"
     draft.decide("is_host", int(is_host), reason)
 
 

@@ -143,6 +143,11 @@ def read_request(
     if untouched is None and endpoint is not None and endpoint.is_loopback:
         untouched = f"endpoint {endpoint.host} is this machine's loopback"
     node_rank, source = _node_rank(settings, options, step, needed=untouched is None)
+    if settings.rank_order == "node" and node_rank is None and untouched is None:
+        raise ConfigError(
+            "TORCHRUN_JSC_RANK_ORDER=node needs this node's rank; accepted: a node rank from"
+            " TORCHRUN_JSC_NODE_RANK, --node_rank or SLURM_NODEID, or TORCHRUN_JSC_RANK_ORDER=torch"
+        )
     if untouched is None and step is not None:
         step.need("tasks_per_node", "num_nodes")
     return _replace(

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import math
+import signal
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
@@ -18,6 +19,9 @@ from .errors import ConfigError
 MAX_NODE_RANK = 1_000_000
 #: Longest wait any setting may ask for, in seconds (one day).
 MAX_SECONDS = 86_400.0
+
+#: Signals the agent may forward to its workers and go on (TORCHRUN_JSC_FORWARD_SIGNALS).
+FORWARDABLE = ("SIGUSR1", "SIGUSR2")
 
 _TRUE = frozenset({"true", "yes", "on"})
 _FALSE = frozenset({"false", "no", "off"})
@@ -57,6 +61,31 @@ def _positive_seconds(text: str) -> float:
     return seconds(text, open_low=True)
 
 
+def _peer_timeout(text: str) -> float:
+    number = seconds(text)
+    if 0 < number < MIN_PEER_TIMEOUT:
+        raise ValueError(text)
+    return number
+
+
+def _signals(text: str) -> Tuple[str, ...]:
+    if text.lower() == "none":
+        return ()
+    names = []
+    for item in text.split(","):
+        name = item.strip().upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        if name not in FORWARDABLE:
+            raise ValueError(text)
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+#: Peer timeouts below this are refused: a busy node must never be declared lost.
+MIN_PEER_TIMEOUT = 10.0
+
+
 def _suffix(text: str) -> str:
     if text == "none":
         return ""
@@ -77,7 +106,11 @@ def _choice(*options: str) -> Callable[[str], str]:
 
 @dataclass(frozen=True)
 class Variable:
-    """One documented environment variable; ``default`` is the value used when it is unset."""
+    """One documented environment variable; ``default`` is the value used when it is unset.
+
+    ``accepted`` goes into error messages; ``short`` and ``meaning`` (markdown) into the README's
+    settings table, which :func:`markdown_table` writes.
+    """
 
     name: str
     field: str
@@ -86,6 +119,7 @@ class Variable:
     shown_default: str
     accepted: str
     meaning: str
+    short: str = ""
 
 
 VARIABLES: Tuple[Variable, ...] = (
@@ -96,9 +130,12 @@ VARIABLES: Tuple[Variable, ...] = (
         True,
         "1",
         SWITCH,
-        "1: decide is_host and pass it in --rdzv_conf; 0: patch torch's host recognition"
-        " (_matches_machine_hostname) to match the endpoint against this machine's addresses"
-        " (node ranks are then not used for it).",
+        (
+            "1: decide `is_host` and pass it in `--rdzv_conf`. 0: patch torch's host recognition "
+            "(`_matches_machine_hostname`, in both modules that bind it) to match the endpoint "
+            "against this machine's addresses; node ranks are then not used."
+        ),
+        short="0, 1",
     ),
     Variable(
         "TORCHRUN_JSC_PREFER_OLD_SOLUTION",
@@ -107,8 +144,12 @@ VARIABLES: Tuple[Variable, ...] = (
         False,
         "0",
         SWITCH,
-        "1: where torch honours --local_addr, advertise this node's address by a runtime patch"
-        " instead (the original tool's 'old solution').",
+        (
+            "1: where torch honours `--local_addr`, advertise this node's address by a "
+            "runtime patch "
+            "instead."
+        ),
+        short="0, 1",
     ),
     Variable(
         "TORCHRUN_JSC_NODE_RANK",
@@ -117,9 +158,8 @@ VARIABLES: Tuple[Variable, ...] = (
         None,
         "--node_rank, else $SLURM_NODEID",
         f"an integer in 0..{MAX_NODE_RANK}",
-        "This node's rank: decides is_host and the rank order. Unset, with no --node_rank and"
-        " no SLURM_NODEID: is_host is decided by matching the endpoint with this machine's"
-        " addresses.",
+        "This node's rank for the `is_host` decision.",
+        short="integer 0..1000000",
     ),
     Variable(
         "TORCHRUN_JSC_HOST_NODE_RANK",
@@ -128,7 +168,8 @@ VARIABLES: Tuple[Variable, ...] = (
         0,
         "0",
         f"an integer in 0..{MAX_NODE_RANK}",
-        "The node rank of the rendezvous host (the node the endpoint names).",
+        "Node rank of the rendezvous host (the node the endpoint names).",
+        short="integer 0..1000000",
     ),
     Variable(
         "TORCHRUN_JSC_ADVERTISE_OWN_ADDRESS",
@@ -137,8 +178,8 @@ VARIABLES: Tuple[Variable, ...] = (
         True,
         "1",
         SWITCH,
-        "1: every node advertises its own address on the network that reaches the endpoint"
-        " (found by a route lookup), so MASTER_ADDR is reachable whichever node is group rank 0.",
+        "Fix 2 above; 0 leaves torch's advertised address alone.",
+        short="0, 1",
     ),
     Variable(
         "TORCHRUN_JSC_SET_SOCKET_IFNAME",
@@ -147,8 +188,8 @@ VARIABLES: Tuple[Variable, ...] = (
         True,
         "1",
         SWITCH,
-        "1: set GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME, when unset, to the interface that"
-        " carries the advertised address.",
+        "Fix 3 above; 0 leaves `GLOO_SOCKET_IFNAME`/`NCCL_SOCKET_IFNAME` alone.",
+        short="0, 1",
     ),
     Variable(
         "TORCHRUN_JSC_HOST_BY_ADDRESS",
@@ -157,8 +198,8 @@ VARIABLES: Tuple[Variable, ...] = (
         True,
         "1",
         SWITCH,
-        "1: without a node rank, decide is_host by matching the endpoint's resolved addresses"
-        " with this machine's addresses (IPv4 and IPv6).",
+        "Without a node rank, decide `is_host` by address; 0 leaves it to torch's guess.",
+        short="0, 1",
     ),
     Variable(
         "TORCHRUN_JSC_FIX_TORCH_BUGS",
@@ -167,9 +208,16 @@ VARIABLES: Tuple[Variable, ...] = (
         True,
         "1",
         SWITCH,
-        "1: work around torch bugs that break plain torchrun (torch < 2.0 on Python >= 3.11:"
-        " the default --redirects/--tee; torch 2.3: worker restarts close the rendezvous;"
-        " torch 2.5: worker restarts with the shared rendezvous store).",
+        (
+            "Work around torch bugs that break plain torchrun: torch < 2.0 on Python ≥ 3.11 "
+            "crashes "
+            "on the default `--redirects`/`--tee`; torch 2.3 closes the rendezvous when it "
+            "restarts "
+            "workers (`--max_restarts`), so its agents get a patch that keeps it open; torch 2.5 "
+            "cannot restart workers (`--max_restarts`) with its shared rendezvous store, so "
+            "multi-node launches get `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`."
+        ),
+        short="0, 1",
     ),
     Variable(
         "TORCHRUN_JSC_RESOLVE_TIMEOUT",
@@ -178,7 +226,8 @@ VARIABLES: Tuple[Variable, ...] = (
         5.0,
         "5",
         f"seconds in 0..{MAX_SECONDS:g}",
-        "How long to retry resolving the rendezvous endpoint before giving up.",
+        "How long to retry resolving the endpoint before stopping with an error.",
+        short="seconds 0..86400",
     ),
     Variable(
         "TORCHRUN_JSC_EXPLAIN",
@@ -187,7 +236,14 @@ VARIABLES: Tuple[Variable, ...] = (
         None,
         "empty",
         "empty, 'text' or 'json'",
-        "Print what torchrun_jsc would do on this node and exit without launching.",
+        (
+            "Print what would be done on this node and exit without launching; exit code 1 "
+            "when the "
+            "plan predicts a failure, 2 when torchrun or a guard rejects the command line "
+            "(reported "
+            "in the same format). Not together with `TORCHRUN_JSC_PREFLIGHT`."
+        ),
+        short="`text`, `json`",
     ),
     Variable(
         "TORCHRUN_JSC_SLURM_AUTO",
@@ -196,9 +252,14 @@ VARIABLES: Tuple[Variable, ...] = (
         False,
         "0",
         SWITCH,
-        "1: inside a Slurm step, fill in what the command line leaves out: --nnodes, "
-        "--rdzv_backend=c10d, --rdzv_endpoint (first node + host suffix, port from the job id), "
-        "--rdzv_id, --nproc_per_node (SLURM_GPUS_ON_NODE). Given options always win.",
+        (
+            "1: inside a Slurm step, fill in what the command line leaves out: `--nnodes` "
+            "(the step's"
+            " node count), `--rdzv_backend=c10d`, `--rdzv_endpoint` (first node of the step + host "
+            "suffix, port 20000..31999 from the job id), `--rdzv_id` (`slurm-<job>-<step>`), "
+            "`--nproc_per_node` (`SLURM_GPUS_ON_NODE`). What you give always wins."
+        ),
+        short="0, 1",
     ),
     Variable(
         "TORCHRUN_JSC_HOST_SUFFIX",
@@ -207,7 +268,8 @@ VARIABLES: Tuple[Variable, ...] = (
         None,
         "'i' on JUWELS, JUWELS Booster, JURECA(-DC), JUSUF; else none",
         "letters, digits, '.', '-' (at most 63, no '..'), or 'none'",
-        "Appended to the first node's name to form the auto-configured endpoint.",
+        "Appended to the first node's name for the auto-configured endpoint.",
+        short="letters, digits, `.`, `-` (at most 63, no `..`), or `none`",
     ),
     Variable(
         "TORCHRUN_JSC_GUARDS",
@@ -216,8 +278,12 @@ VARIABLES: Tuple[Variable, ...] = (
         "stop",
         "stop",
         "'stop' or 'warn'",
-        "What a guard does on a launch that cannot work (several agents per node, a multi-node"
-        " launch outside srun): stop with the fix, or only warn.",
+        (
+            "A launch that cannot work (several Slurm tasks per node each starting an agent; a "
+            "multi-node launch started outside `srun`) stops with the fix in the message, or only "
+            "warns."
+        ),
+        short="`stop`, `warn`",
     ),
     Variable(
         "TORCHRUN_JSC_PREFLIGHT",
@@ -226,9 +292,14 @@ VARIABLES: Tuple[Variable, ...] = (
         False,
         "0",
         SWITCH,
-        "1: instead of launching, check across the job (run under srun on every node) that"
-        " exactly one node hosts and every node reaches the endpoint and its peers;"
-        " print a per-node table and one verdict.",
+        (
+            "1: check the whole job instead of launching (run under `srun` on every node): exactly "
+            "one host, every node reaches the endpoint, and every node's advertised address is "
+            "reached by the few nodes that probe it (ring neighbours and a fixed spread, 1..6 per "
+            "node whatever the job's size; docs/how-it-works.md); a per-node table and one verdict "
+            "(exit code 0 or 1)."
+        ),
+        short="0, 1",
     ),
     Variable(
         "TORCHRUN_JSC_PREFLIGHT_TIMEOUT",
@@ -238,6 +309,120 @@ VARIABLES: Tuple[Variable, ...] = (
         "20",
         f"seconds in (0, {MAX_SECONDS:g}]",
         "How long the preflight waits for every node.",
+        short="seconds > 0, ≤ 86400",
+    ),
+    Variable(
+        "TORCHRUN_JSC_PEER_TIMEOUT",
+        "peer_timeout",
+        _peer_timeout,
+        60.0,
+        "60",
+        f"0 (off) or seconds in {MIN_PEER_TIMEOUT:g}..{MAX_SECONDS:g}",
+        (
+            "A node whose agent has not been heard from for this long is lost: every other "
+            "node stops"
+            " its workers (SIGTERM, the grace, SIGKILL) and exits non-zero, naming it (heartbeats "
+            "through the rendezvous store: one small operation per node every 5 s; the node that "
+            "serves the store watches). A rendezvous host that stops answering for this long stops "
+            "every node the same way. Elastic jobs (`--nnodes=MIN:MAX`) with restarts left restart "
+            "instead, so that torch can re-form the job. 0: off."
+        ),
+        short="0, or seconds 10..86400",
+    ),
+    Variable(
+        "TORCHRUN_JSC_FAILURE_REPORT",
+        "failure_report",
+        switch,
+        True,
+        "1",
+        SWITCH,
+        (
+            "1: when a worker fails, every agent ends with one line naming the job's first "
+            "failure: "
+            "node, rank, local rank, exit code or signal (the out-of-memory killer named as such), "
+            "time, the message of torch's error file (`@record`), and how many ranks stopped after "
+            "it."
+        ),
+        short="0, 1",
+    ),
+    Variable(
+        "TORCHRUN_JSC_FORWARD_SIGNALS",
+        "forward_signals",
+        _signals,
+        FORWARDABLE,
+        "USR1,USR2",
+        "a comma-separated list of USR1, USR2, or 'none'",
+        (
+            "Signals the agent passes on to every worker, training going on (torch would die "
+            "of them "
+            "and leave the workers running). A signal torch is told to handle "
+            "(`--signals-to-handle`,"
+            " 2.10+) stays torch's."
+        ),
+        short="`USR1`, `USR2`, both (comma-separated), `none`",
+    ),
+    Variable(
+        "TORCHRUN_JSC_TERM_GRACE",
+        "term_grace",
+        seconds,
+        None,
+        "torch's (30, or --shutdown-timeout)",
+        f"seconds in 0..{MAX_SECONDS:g}",
+        (
+            "After SIGTERM/SIGINT (scancel, the time limit) or a failure, how long workers "
+            "may take "
+            "to exit before SIGKILL, on every torch release (torch: 30 s; "
+            "`--shutdown-timeout` from "
+            "2.12)."
+        ),
+        short="seconds 0..86400",
+    ),
+    Variable(
+        "TORCHRUN_JSC_KILL_ORPHANS",
+        "kill_orphans",
+        switch,
+        True,
+        "1",
+        SWITCH,
+        (
+            "1: workers die with their agent even when it is killed with SIGKILL (a parent-death "
+            "signal set by a tiny guard each worker starts through)."
+        ),
+        short="0, 1",
+    ),
+    Variable(
+        "TORCHRUN_JSC_WAIT_FOR_HOST",
+        "wait_for_host",
+        switch,
+        True,
+        "1",
+        SWITCH,
+        (
+            "1: a node keeps trying to reach the rendezvous host until the rendezvous "
+            "`join_timeout` "
+            "(600 s) runs out, counted from the Slurm step's start, saying so every 30 s "
+            "(torch gives"
+            " up after `read_timeout`, 60 s); a host that starts late waits only as long as the "
+            "others still wait. 0: torch's behaviour."
+        ),
+        short="0, 1",
+    ),
+    Variable(
+        "TORCHRUN_JSC_RANK_ORDER",
+        "rank_order",
+        _choice("node", "torch"),
+        None,
+        "node, when this node has a node rank; else torch",
+        "'node' or 'torch'",
+        (
+            "`node`: group ranks, and so the blocks of global ranks, follow the node rank "
+            "(node rank "
+            "0 is group rank 0; with `--nnodes=MIN:MAX`, in node-rank order among the nodes "
+            "present)."
+            " `torch`: torch's order, the advertised address as a string (`10.0.0.100` before "
+            "`10.0.0.98`). `MASTER_ADDR` is group rank 0's address either way."
+        ),
+        short="`node`, `torch`",
     ),
 )
 
@@ -268,6 +453,13 @@ class Settings:
     guards: str
     preflight: bool
     preflight_timeout: float
+    peer_timeout: float
+    failure_report: bool
+    forward_signals: Tuple[str, ...]
+    term_grace: Optional[float]
+    kill_orphans: bool
+    wait_for_host: bool
+    rank_order: Optional[str]
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -292,3 +484,17 @@ class Settings:
     def defaults(cls) -> Settings:
         """Every setting at its default."""
         return cls.from_env({})
+
+    def signal_numbers(self) -> Tuple[int, ...]:
+        """``forward_signals`` as numbers."""
+        return tuple(int(getattr(signal, name)) for name in self.forward_signals)
+
+
+def markdown_table() -> str:
+    """The README's settings table (between ``<!-- settings:begin/end -->``), from
+    :data:`VARIABLES`: ``python -c "from torchrun_jsc.settings import markdown_table as t;
+    print(t())"`` prints it."""
+    lines = ["| variable | default | accepted | meaning |", "|---|---|---|---|"]
+    for var in VARIABLES:
+        lines.append(f"| `{var.name}` | {var.shown_default} | {var.short} | {var.meaning} |")
+    return "\n".join(lines)

@@ -154,6 +154,11 @@ class CommandLine:
         found = self.parse(rest)
         if isinstance(found, Parsed) and at <= found.insert_at:
             return Parsed(found.values, found.given, found.insert_at, version_requested=True)
+        if isinstance(found, Stop) and "--version" not in rest:
+            # ``torchrun_jsc --version`` alone: torchrun's options, and no script at all
+            alone = self.parse([*rest, _PROBE])
+            if isinstance(alone, Parsed) and alone.values.get("training_script") == _PROBE:
+                return Parsed(alone.values, alone.given, len(rest), version_requested=True)
         return stop
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,3 +184,98 @@ def on_each_node(argv: Sequence[str]) -> list[str]:
     SLURM_NODEID 0 else 0. Example: ``"--local_addr=@HOSTNAME@i"``.
     """
     return ["bash", "-c", _SUBST, "trjsc-node", *argv]
+
+
+class Job:
+    """One agent per node started with ``node_exec`` (no Slurm), outputs drained by threads so
+    that a scenario can wait for a line, inject a fault and time how the others end."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        argv: Sequence[str],
+        envs: Sequence[Mapping[str, str]],
+        nodes: Optional[Sequence[int]] = None,
+        delays: Optional[Sequence[float]] = None,
+    ) -> None:
+        import threading
+
+        self.cluster = cluster
+        self.nodes = list(nodes) if nodes is not None else list(range(len(envs)))
+        self.text: dict[int, list[str]] = {i: [] for i in self.nodes}
+        self.procs = {}
+        waits = list(delays) if delays is not None else [0.0] * len(self.nodes)
+        for i, env, delay in zip(self.nodes, envs, waits):
+            proc = cluster.node_exec(i, list(argv), env=env, delay=delay)
+            self.procs[i] = proc
+            for stream in (proc.stdout, proc.stderr):
+                threading.Thread(target=self._drain, args=(i, stream), daemon=True).start()
+
+    def _drain(self, i: int, stream: object) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            self.text[i].append(line)
+
+    def output(self, i: int) -> str:
+        """Everything node ``i``'s agent printed so far."""
+        return "".join(self.text[i])
+
+    def wait_for(
+        self, word: str, nodes: Optional[Sequence[int]] = None, limit: float = 150
+    ) -> None:
+        """Until ``word`` appeared in the output of every node in ``nodes``."""
+        import time
+
+        wanted = list(nodes) if nodes is not None else self.nodes
+        deadline = time.monotonic() + limit
+        while not all(word in self.output(i) for i in wanted):
+            assert time.monotonic() < deadline, f"{word!r} not seen on all of {wanted}\n{self}"
+            time.sleep(0.2)
+
+    def wait_exit(self, nodes: Sequence[int], limit: float) -> float:
+        """Until the agents on ``nodes`` ended (at most ``limit`` s); the seconds it took."""
+        import time
+
+        started = time.monotonic()
+        for i in nodes:
+            left = max(0.1, limit - (time.monotonic() - started))
+            try:
+                self.procs[i].wait(timeout=left)
+            except Exception:
+                break
+        return time.monotonic() - started
+
+    def left_running(self, nodes: Sequence[int]) -> dict[int, list[int]]:
+        """Job processes still alive in those nodes' namespaces (zombies count as gone)."""
+        found = {}
+        for i in nodes:
+            pids = [p for p in self.cluster._node_procs(i) if _running(p)]
+            if pids:
+                found[i] = pids
+        return found
+
+    def stop(self) -> None:
+        """Thaw, kill and reap everything this job started (the scenario's own cleanup)."""
+        import signal as signals
+
+        for i in self.nodes:
+            self.cluster.thaw_node(i)
+            self.cluster.signal_node(i, signals.SIGKILL)
+        for proc in self.procs.values():
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=10)
+
+    def __str__(self) -> str:
+        parts = []
+        for i in self.nodes:
+            code = self.procs[i].poll()
+            parts.append(f"----- node{i} (rc={code}, last 60 lines)\n{tail(self.output(i), 60)}")
+        return "\n".join(parts)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

@@ -197,10 +197,18 @@ def test_dash_dash_anywhere_launches_with_the_added_options(
     assert len(argvs) == 2 and all(a == expected for a in argvs), out.stdout
     assert all("allreduce=3 expect=3" in ln for ln in out.stdout.splitlines() if "RESULT" in ln)
     plain = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
-         *shape],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=1",
+            *shape,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert worker_argvs(plain.stdout) == [expected], "exactly what plain torchrun gives"
 
 
@@ -274,10 +282,20 @@ def test_ctrl_c_while_resolving_is_one_line_and_130() -> None:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_"))}
     full["TORCHRUN_JSC_RESOLVE_TIMEOUT"] = "60"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "torchrun_jsc", "--nnodes=2", "--rdzv_backend=c10d",
-         "--rdzv_endpoint=node0i.invalid:29500", "t.py"],
-        env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torchrun_jsc",
+            "--nnodes=2",
+            "--rdzv_backend=c10d",
+            "--rdzv_endpoint=node0i.invalid:29500",
+            "t.py",
+        ],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(4)  # torch imported, resolving (retried every 0.5 s for 60 s)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)

@@ -70,7 +70,13 @@ def test_declined_patch_and_predicted_failure_are_warned(records: Records) -> No
     assert any("this launch will likely fail: GLOO_SOCKET_IFNAME=mgmt" in t for t in texts)
 
 
-def test_untouched_plan_logs_nothing(records: Records) -> None:
-    plan = make_plan(["--standalone", "train.py"], {}, "2.13.0", node(0))
+def test_a_plan_that_changes_nothing_logs_nothing(records: Records) -> None:
+    env = {
+        "TORCHRUN_JSC_KILL_ORPHANS": "0",
+        "TORCHRUN_JSC_FORWARD_SIGNALS": "none",
+        "TORCHRUN_JSC_FAILURE_REPORT": "0",
+    }
+    plan = make_plan(["--standalone", "train.py"], env, "2.13.0", node(0))
+    assert not plan.changes_anything
     assert carry_out(plan, {}) == []
     assert records.records == []

@@ -106,6 +106,8 @@ def test_the_cases_that_lost_the_fix(argv: List[str]) -> None:
 def test_version_is_the_launchers_only_before_the_script() -> None:
     mine = CommandLine({}).parse(["--nnodes=2", "--version", "train.py"])
     assert isinstance(mine, Parsed) and mine.version_requested
+    alone = CommandLine({}).parse(["--version"])
+    assert isinstance(alone, Parsed) and alone.version_requested
     scripts = CommandLine({}).parse(["--nnodes=2", "train.py", "--version"])
     assert isinstance(scripts, Parsed) and not scripts.version_requested
     assert scripts.values["training_script_args"] == ["--version"]

@@ -274,9 +274,18 @@ def test_explain_and_preflight_together_are_refused() -> None:
         Settings.from_env({"TORCHRUN_JSC_EXPLAIN": "text", "TORCHRUN_JSC_PREFLIGHT": "1"})
 
 
-def test_every_variable_is_documented_in_the_readme() -> None:
+def test_the_readme_settings_table_is_the_generated_one() -> None:
+    """One home for every default: the README's table is written from settings.VARIABLES."""
     from pathlib import Path
 
+    from torchrun_jsc.settings import markdown_table
+
     readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = readme.split("<!-- settings:begin", 1)[1].split("-->", 1)[1]
+    block = block.split("<!-- settings:end -->", 1)[0].strip()
+    assert block == markdown_table(), (
+        "README settings table out of date; paste the output of "
+        'python -c "from torchrun_jsc.settings import markdown_table as t; print(t())"'
+    )
     for variable in VARIABLES:
-        assert f"`{variable.name}`" in readme, variable.name
+        assert f"`{variable.name}`" in block and variable.short, variable.name

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from torchrun_jsc import patches
+from torchrun_jsc import lifecycle, patches
 from torchrun_jsc.patches import _common
 from torchrun_jsc.versions import (
     PATCH_HOST_MATCHER,
@@ -36,7 +36,7 @@ def used_patches(version: TorchVersion, python: Tuple[int, int]) -> List[str]:
     """Every patch some setting can make torchrun_jsc install on ``version``."""
     names = [PATCH_HOST_MATCHER, strategy_for(version).advertise_patch]
     names += [bug.patch for bug in bugs_for(version, python) if bug.patch is not None]
-    return names
+    return names + list(lifecycle.PATCHES)
 
 
 def fingerprint(entry: Dict[str, Any], module: str, target: str) -> Optional[Tuple[str, ...]]:

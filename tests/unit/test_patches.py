@@ -208,3 +208,181 @@ def test_every_patch_module_declares_its_checks() -> None:
         assert checks, name
         assert all(c.module.startswith("torch.") and c.target and c.accepted for c in checks), name
     assert _common.parameters(staticmethod(lambda rank, store: None)) == ("rank", "store")
+
+
+# --------------------------------------------------------------------------- agent side
+
+
+def test_rank_order_carries_the_node_rank_and_orders_by_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    from torchrun_jsc.patches import rank_order
+
+    assert rank_order.encode(0, 0) == 1 << 16 and rank_order.encode(3, 5) == (4 << 16) | 5
+    assert patches.install("rank_order", {"node_rank": 2}) is None
+    desc = dr._NodeDescGenerator().generate("10.78.0.100")
+    assert desc.addr == "10.78.0.100" and desc.local_id >> 16 == 3
+
+    class Executor:  # the fields _mark_rendezvous_complete uses, as in every torch release
+        _node = "x"
+        _settings = type("S", (), {"run_id": "r"})()
+
+        def __init__(self, state: Any) -> None:
+            self._state = state
+
+        def _record(self, **kw: Any) -> None:
+            pass
+
+    state = dr._RendezvousState()
+    made = {
+        rank: dr._NodeDesc(addr, 10 + rank, rank_order.encode(rank, 0))
+        for rank, addr in enumerate(["10.78.0.98", "10.78.0.99", "10.78.0.100", "10.78.0.101"])
+    }
+    state.participants = {d: 0 for d in made.values()}
+    dr._DistributedRendezvousOpExecutor._mark_rendezvous_complete(Executor(state))
+    assert {d.addr: r for d, r in state.participants.items()} == {
+        "10.78.0.98": 0,
+        "10.78.0.99": 1,
+        "10.78.0.100": 2,
+        "10.78.0.101": 3,
+    }
+    assert state.complete is True
+    patches.restore_all()
+    state.participants = {d: 0 for d in made.values()}
+    dr._DistributedRendezvousOpExecutor._mark_rendezvous_complete(Executor(state))
+    order = sorted(state.participants, key=state.participants.__getitem__)
+    assert [d.addr for d in order] == ["10.78.0.100", "10.78.0.101", "10.78.0.98", "10.78.0.99"]
+
+
+def test_rank_order_puts_participants_without_a_node_rank_last() -> None:
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc
+
+    from torchrun_jsc.patches.rank_order import encode, order_key
+
+    plain = _NodeDesc("10.0.0.1", 1, 0)
+    ranked = [_NodeDesc("10.0.0.9", 2, encode(1, 0)), _NodeDesc("10.0.0.5", 3, encode(0, 0))]
+    assert [d.pid for d in sorted([plain, *ranked], key=order_key)] == [3, 2, 1]
+
+
+def test_wait_for_host_retries_until_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+    from torch.distributed.elastic.rendezvous.api import (
+        RendezvousConnectionError,
+        RendezvousParameters,
+    )
+
+    from torchrun_jsc.patches import wait_for_host
+
+    attempts: list[str] = []
+
+    class Store:
+        timeout: Any = None
+
+        def set_timeout(self, value: Any) -> None:
+            self.timeout = value
+
+    def original(params: Any) -> Any:
+        attempts.append(params.config.get("read_timeout"))
+        if len(attempts) < 3:
+            raise RendezvousConnectionError("no host yet")
+        return Store()
+
+    monkeypatch.setattr(backend, "_create_tcp_store", original)
+    monkeypatch.setattr(wait_for_host.time, "sleep", lambda s: None)
+    assert patches.install("wait_for_host", {"endpoint": "node0i:29500", "wait": 600.0}) is None
+    params = RendezvousParameters("c10d", "node0i:29500", "r", 4, 4, is_host="0", read_timeout="45")
+    store = backend._create_tcp_store(params)
+    assert attempts == ["10", "10", "10"]
+    assert store.timeout.total_seconds() == 45, "the user's read_timeout is back"
+    assert params.config["read_timeout"] == "45"
+    attempts[:] = ["x", "y"]  # the next call succeeds at once
+    host = RendezvousParameters("c10d", "node0i:29500", "r", 4, 4, is_host="1")
+    backend._create_tcp_store(host)
+    assert attempts == ["x", "y", None], "the host is created once, its config untouched"
+
+
+def test_wait_for_host_gives_up_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+    from torch.distributed.elastic.rendezvous.api import (
+        RendezvousConnectionError,
+        RendezvousParameters,
+    )
+
+    from torchrun_jsc.patches import wait_for_host
+
+    clock = [0.0]
+
+    def original(params: Any) -> Any:
+        clock[0] += 10
+        raise RendezvousConnectionError("still no host")
+
+    monkeypatch.setattr(backend, "_create_tcp_store", original)
+    monkeypatch.setattr(wait_for_host.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(wait_for_host.time, "sleep", lambda s: None)
+    patches.install("wait_for_host", {"endpoint": "h:1", "wait": 35.0})
+    params = RendezvousParameters("c10d", "h:1", "r", 2, 2, is_host="false")
+    with pytest.raises(RendezvousConnectionError, match="still no host"):
+        backend._create_tcp_store(params)
+    assert clock[0] == 40 and "read_timeout" not in params.config
+
+
+def test_term_grace_replaces_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.elastic.multiprocessing.api import PContext
+
+    seen: list[Any] = []
+
+    def close(self: Any, death_sig: Any = None, timeout: int = 30) -> None:
+        seen.append((death_sig, timeout))
+
+    monkeypatch.setattr(PContext, "close", close)
+    assert patches.install("term_grace", {"seconds": 4.5}) is None
+    PContext.close(object(), "SIGTERM")  # type: ignore[arg-type]
+    PContext.close(object(), None, 30)  # type: ignore[arg-type]
+    assert seen == [("SIGTERM", 4.5), (None, 4.5)]
+
+
+def test_worker_start_guards_and_registers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.elastic.multiprocessing.api import SubprocessHandler
+
+    from torchrun_jsc.runtime import workers
+
+    started: list[Any] = []
+
+    class Proc:
+        pid = 424242
+        returncode = None
+
+    def popen(self: Any, args: Any, env: Any) -> Any:
+        started.append(args)
+        return Proc()
+
+    monkeypatch.setattr(SubprocessHandler, "_popen", popen)
+    monkeypatch.setattr(workers, "register", lambda proc: started.append(proc.pid))
+    assert patches.install("worker_start", {"pdeathsig": True, "new_session": True}) is None
+    SubprocessHandler._popen(object(), ("python", "-u", "t.py"), {})  # type: ignore[arg-type]
+    assert started[0][-3:] == ("python", "-u", "t.py") and started[0][6] == "ds"
+    assert started[1] == 424242
+    patches.restore_all()
+    monkeypatch.setattr(SubprocessHandler, "_popen", popen)
+    assert patches.install("worker_start", {"pdeathsig": False, "new_session": False}) is None
+    SubprocessHandler._popen(object(), ("python", "t.py"), {})  # type: ignore[arg-type]
+    assert started[2] == ("python", "t.py"), "no guard when it has nothing to do"
+
+
+def test_forward_signals_passes_the_signal_on_and_is_undone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import signal
+
+    from torchrun_jsc.runtime import workers
+
+    sent: list[int] = []
+    monkeypatch.setattr(workers, "signal_all", lambda signum: sent.append(signum) or 3)
+    before = signal.getsignal(signal.SIGUSR2)
+    assert patches.install("forward_signals", {"signals": ["SIGUSR2"]}) is None
+    handler = signal.getsignal(signal.SIGUSR2)
+    assert callable(handler)
+    handler(signal.SIGUSR2, None)  # type: ignore[operator]
+    assert sent == [signal.SIGUSR2]
+    patches.restore_all()
+    assert signal.getsignal(signal.SIGUSR2) == before

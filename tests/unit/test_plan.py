@@ -6,6 +6,7 @@ from typing import Dict, Optional, Tuple
 
 import pytest
 
+from torchrun_jsc import lifecycle
 from torchrun_jsc.errors import ConfigError, UnsupportedTorchError
 from torchrun_jsc.facts import NodeFacts
 from torchrun_jsc.plan import Plan
@@ -60,7 +61,12 @@ def plan(
 
 
 def patch_names(p: Plan) -> Tuple[str, ...]:
-    return tuple(spec.name for spec in p.patches)
+    """The patches that fix the start (the agent-side ones are tested in test_lifecycle.py)."""
+    return tuple(spec.name for spec in p.patches if spec.name not in lifecycle.PATCHES)
+
+
+def start_patches(p: Plan) -> list[tuple[str, dict[str, object]]]:
+    return [(s.name, s.kwargs) for s in p.patches if s.name not in lifecycle.PATCHES]
 
 
 def script_args(p: Plan) -> list[str]:
@@ -120,7 +126,7 @@ def test_prefer_old_solution_patches_instead_of_local_addr(version: str) -> None
     assert not any(a.startswith("--local_addr") for a in p.added_args)
     major_minor = tuple(int(x) for x in version.split(".")[:2])
     expected = "fq_hostname" if major_minor < (2, 4) else "node_desc"
-    advertise = [(s.name, s.kwargs) for s in p.patches if s.name != "keep_rendezvous"]
+    advertise = [(n, kw) for n, kw in start_patches(p) if n != "keep_rendezvous"]
     assert advertise == [(expected, {"address": ib(1)})]
 
 
@@ -248,7 +254,7 @@ def test_user_local_addr_is_never_overridden(flag: str) -> None:
 def test_user_local_addr_on_torch_2_4_is_honoured_by_patch() -> None:
     argv = ["--rdzv_backend=c10d", "--rdzv_endpoint=node0i", "--local_addr=node1i", *SCRIPT]
     p = plan(argv, env={"SLURM_NODEID": "1"}, version="2.4.1", facts=node(1))
-    assert [(s.name, s.kwargs) for s in p.patches] == [("store_info_build", {"address": "node1i"})]
+    assert start_patches(p) == [("store_info_build", {"address": "node1i"})]
 
 
 # ----------------------------------------------------------------------------- untouched
@@ -280,16 +286,17 @@ def test_user_local_addr_on_torch_2_4_is_honoured_by_patch() -> None:
     ],
 )
 def test_left_untouched(argv: list[str]) -> None:
+    """The start is torch's own (only the agent-side mechanisms of test_lifecycle.py apply)."""
     p = plan(argv, env={"SLURM_NODEID": "0"})
     assert p.argv == tuple(argv)
-    assert not p.changes_anything
+    assert p.added_args == () and p.env == () and patch_names(p) == ()
     assert request(argv).lookup_host is None
 
 
 def test_endpoint_name_resolving_to_loopback_only_is_untouched() -> None:
     facts = node(0, endpoint_host="myhost", endpoint_addresses=("127.0.1.1",))
     p = plan(["--rdzv_backend=c10d", "--rdzv_endpoint=myhost:1", *SCRIPT], facts=facts)
-    assert not p.changes_anything
+    assert p.added_args == () and p.env == () and patch_names(p) == ()
 
 
 def test_torch_1_x_on_python_3_11_gets_the_std_fix_even_when_untouched() -> None:

@@ -22,6 +22,13 @@ NAMES = (
     "host_matcher",
     "std_from_str",
     "keep_rendezvous",
+    "worker_start",
+    "forward_signals",
+    "term_grace",
+    "peer_watch",
+    "failure_report",
+    "wait_for_host",
+    "rank_order",
 )
 
 __all__ = ["NAMES", "Check", "checks_of", "install", "restore_all"]

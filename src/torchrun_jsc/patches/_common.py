@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Iterable, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, NamedTuple, Sequence, Tuple, Union
 
 from ..errors import PatchDeclinedError
 
-_UNDO: List[Tuple[object, str, Any]] = []
+_UNDO: List[Union[Tuple[object, str, Any], Callable[[], None]]] = []
 
 
 class Check(NamedTuple):
@@ -69,8 +69,18 @@ def replace(owner: object, attr: str, value: Any) -> None:
     setattr(owner, attr, value)
 
 
+def on_restore(undo: Callable[[], None]) -> None:
+    """Run ``undo`` in :func:`restore_all` (for what is not an attribute: signal handlers,
+    exit hooks)."""
+    _UNDO.append(undo)
+
+
 def restore_all() -> None:
     """Undo every patch installed in this process (newest first)."""
     while _UNDO:
-        owner, attr, value = _UNDO.pop()
-        setattr(owner, attr, value)
+        entry = _UNDO.pop()
+        if callable(entry):
+            entry()
+        else:
+            owner, attr, value = entry
+            setattr(owner, attr, value)

@@ -6,17 +6,33 @@ Env knobs:
                          it exits 1 before initialising (for restart/fault scenarios)
   TRJSC_TRAIN_SECONDS    after the checked all_reduce, keep all-reducing for this long
                          (prints one TRJSC_TRAINING line first; for kill scenarios)
+  TRJSC_FAIL_RANK        this global rank exits with TRJSC_FAIL_CODE (default 3) one second
+                         into training (for the first-failure report)
+  TRJSC_SIGNALS          1: print one TRJSC_SIGNAL line per SIGUSR1/SIGUSR2 received, and go on
 Exit status is non-zero when the all_reduce result is wrong.
 """
 
 import datetime
 import os
+import signal
 import socket
 import sys
 import time
 
 
+def _note_signal(signum: int, frame: object) -> None:
+    name = signal.Signals(signum).name
+    os.write(
+        1,
+        f"TRJSC_SIGNAL host={socket.gethostname()} rank={os.environ.get('RANK')} "
+        f"signal={name} pid={os.getpid()}\n".encode(),
+    )
+
+
 def main() -> int:
+    if os.environ.get("TRJSC_SIGNALS") == "1":
+        signal.signal(signal.SIGUSR1, _note_signal)
+        signal.signal(signal.SIGUSR2, _note_signal)
     crash_file = os.environ.get("TRJSC_CRASH_ONCE_FILE")
     if crash_file:
         try:
@@ -53,8 +69,15 @@ def main() -> int:
     train_for = float(os.environ.get("TRJSC_TRAIN_SECONDS", "0"))
     if train_for > 0:
         print(f"TRJSC_TRAINING host={socket.gethostname()} rank={rank}", flush=True)
-        deadline = time.monotonic() + train_for
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        fail_rank = os.environ.get("TRJSC_FAIL_RANK")
+        while time.monotonic() < started + train_for:
+            if fail_rank == str(rank) and time.monotonic() > started + 1:
+                code = int(os.environ.get("TRJSC_FAIL_CODE", "3"))
+                print(
+                    f"TRJSC_FAILING host={socket.gethostname()} rank={rank} code={code}", flush=True
+                )
+                os._exit(code)
             dist.all_reduce(torch.ones(1))
             time.sleep(0.05)
     dist.destroy_process_group()

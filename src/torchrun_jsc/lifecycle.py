@@ -1,0 +1,244 @@
+"""What happens after the start: the agent-side mechanisms and their settings. Pure.
+
+Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by its own
+``TORCHRUN_JSC_*`` variable, and each decision here carries its reason for explain:
+
+| mechanism | patch | on for |
+|---|---|---|
+| workers die with the agent; own session | ``worker_start`` | every launch (Linux) |
+| SIGUSR1/SIGUSR2 passed on to the workers | ``forward_signals`` | every launch (Linux) |
+| grace between SIGTERM and SIGKILL | ``term_grace`` | when ``TORCHRUN_JSC_TERM_GRACE`` is set |
+| lost nodes stop the job | ``peer_watch`` | multi-node c10d launches torchrun_jsc fixes |
+| the job's first failure, last line | ``failure_report`` | every launch |
+| wait for a late rendezvous host | ``wait_for_host`` | nodes that do not host the store |
+| group ranks in node order | ``rank_order`` | multi-node c10d launches with a node rank |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from .facts import NodeFacts
+from .request import Request
+from .versions import TorchVersion
+
+#: The patches this module decides (all others fix the start).
+PATCHES = (
+    "worker_start",
+    "forward_signals",
+    "term_grace",
+    "peer_watch",
+    "failure_report",
+    "wait_for_host",
+    "rank_order",
+)
+
+#: torch 2.2 started workers in their own session; earlier ones share the agent's group.
+OWN_SESSION_FROM = (2, 2)
+#: A host that starts this much later than its Slurm step gets a shorter join_timeout.
+LATE_HOST = 30.0
+#: The shortest join_timeout a late host is given.
+MIN_JOIN = 30
+
+
+@dataclass
+class AgentSide:
+    """The agent-side part of a plan: patches ``(name, params, reason)``, decisions
+    ``(topic, value, reason)``, warnings, and rendezvous keys to add to ``--rdzv_conf``."""
+
+    patches: List[Tuple[str, Tuple[Tuple[str, object], ...], str]] = field(default_factory=list)
+    decisions: List[Tuple[str, str, str]] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    conf: Dict[str, str] = field(default_factory=dict)
+
+    def patch(self, name: str, reason: str, **params: object) -> None:
+        self.patches.append((name, tuple(sorted(params.items())), reason))
+
+    def decide(self, topic: str, value: object, reason: str) -> None:
+        self.decisions.append((topic, str(value), reason))
+
+
+def plan_agent_side(
+    request: Request,
+    version: TorchVersion,
+    facts: NodeFacts,
+    is_host: Optional[bool],
+    fixing: bool,
+) -> AgentSide:
+    """The mechanisms for a launch that goes ahead; ``fixing``: torchrun_jsc fixes this
+    multi-node c10d rendezvous (its endpoint and this node's role are known)."""
+    side = AgentSide()
+    if request.options is None:
+        return side
+    settings = request.settings
+    linux = facts.platform.startswith("linux")
+    forward = _signals(request, side) if linux else ()
+    own_session = bool(forward) and version.key < OWN_SESSION_FROM
+    orphans = settings.kill_orphans and linux
+    if orphans or forward:
+        side.patch(
+            "worker_start",
+            "workers start through a guard: "
+            + ", ".join(
+                what
+                for what, on in (
+                    ("they die with the agent (parent-death signal)", orphans),
+                    ("each in its own session, as from torch 2.2", own_session),
+                    ("registered so that signals can be passed on", bool(forward)),
+                )
+                if on
+            ),
+            pdeathsig=orphans,
+            new_session=own_session,
+        )
+    side.decide(
+        "orphans",
+        "killed with the agent" if orphans else "not handled",
+        "parent-death signal" if orphans else _off("TORCHRUN_JSC_KILL_ORPHANS", linux),
+    )
+    if forward:
+        side.patch("forward_signals", "passed on, training goes on", signals=list(forward))
+    if settings.term_grace is not None:
+        side.patch(
+            "term_grace",
+            "TORCHRUN_JSC_TERM_GRACE",
+            seconds=settings.term_grace,
+        )
+        side.decide("grace before SIGKILL", f"{settings.term_grace:g} s", "TORCHRUN_JSC_TERM_GRACE")
+    node = _node(request, facts, is_host, fixing)
+    _peer_watch(side, request, node, fixing)
+    if settings.failure_report:
+        scope = "the whole job" if fixing else "this node (no shared rendezvous store)"
+        side.patch("failure_report", f"the first failure of {scope}", **node)
+        side.decide("failure report", "on", f"last line names the first failure of {scope}")
+    else:
+        side.decide("failure report", "off", "TORCHRUN_JSC_FAILURE_REPORT=0")
+    if fixing:
+        _wait_for_host(side, request, facts, is_host)
+        _rank_order(side, request)
+    return side
+
+
+def _off(variable: str, linux: bool) -> str:
+    return f"{variable}=0" if linux else "not on Linux"
+
+
+def _signals(request: Request, side: AgentSide) -> Tuple[str, ...]:
+    settings, options = request.settings, request.options
+    assert options is not None
+    torch_handles = {
+        name.strip().upper() for name in (options.signals_to_handle or "").split(",") if name
+    }
+    forward = tuple(s for s in settings.forward_signals if s not in torch_handles)
+    for name in settings.forward_signals:
+        if name in torch_handles:
+            side.decide(name, "torch's", "--signals-to-handle: torch stops the workers with it")
+    if forward:
+        side.decide(", ".join(forward), "passed on to the workers", "TORCHRUN_JSC_FORWARD_SIGNALS")
+    elif not settings.forward_signals:
+        side.decide("SIGUSR1, SIGUSR2", "not handled", "TORCHRUN_JSC_FORWARD_SIGNALS=none")
+    return forward
+
+
+def _node(
+    request: Request, facts: NodeFacts, is_host: Optional[bool], fixing: bool
+) -> Dict[str, object]:
+    options, endpoint = request.options, request.endpoint
+    assert options is not None
+    node: Dict[str, object] = {
+        "hostname": facts.hostname,
+        "node_rank": request.node_rank,
+        "grace": request.settings.term_grace,
+    }
+    if fixing and endpoint is not None:
+        node.update(
+            is_host=is_host,
+            endpoint=endpoint.text,
+            store_host=endpoint.host,
+            store_port=endpoint.port_or_default,
+            run_id=options.rdzv_id,
+            elastic=options.min_nodes < options.max_nodes,
+        )
+    return node
+
+
+def _peer_watch(side: AgentSide, request: Request, node: Dict[str, object], fixing: bool) -> None:
+    timeout = request.settings.peer_timeout
+    if timeout <= 0:
+        side.decide("lost nodes", "not watched", "TORCHRUN_JSC_PEER_TIMEOUT=0")
+        return
+    if not fixing:
+        side.decide("lost nodes", "not watched", "no multi-node c10d rendezvous to watch through")
+        return
+    is_host = node.get("is_host")
+    role = (
+        "watches every node"
+        if is_host is True
+        else "is watched by the rendezvous host"
+        if is_host is False
+        else "is watched by group rank 0"
+    )
+    side.patch(
+        "peer_watch", f"heartbeats; a node quiet for {timeout:g} s is lost", timeout=timeout, **node
+    )
+    side.decide(
+        "lost nodes", f"after {timeout:g} s", f"heartbeats through the store; this node {role}"
+    )
+
+
+def _wait_for_host(
+    side: AgentSide, request: Request, facts: NodeFacts, is_host: Optional[bool]
+) -> None:
+    settings, endpoint = request.settings, request.endpoint
+    assert endpoint is not None
+    join = request.conf_seconds("join_timeout")
+    read = request.conf_seconds("read_timeout")
+    age = facts.step_age or 0.0
+    if not settings.wait_for_host:
+        side.decide(
+            "waiting for the host", f"read_timeout ({read} s)", "TORCHRUN_JSC_WAIT_FOR_HOST=0"
+        )
+        return
+    if is_host is False:
+        wait = max(join - age, float(read))
+        side.patch(
+            "wait_for_host", f"until join_timeout ({join} s)", endpoint=endpoint.text, wait=wait
+        )
+        since = f", {age:.0f} s of it gone since the Slurm step started" if age >= 1 else ""
+        side.decide("waiting for the host", f"{wait:.0f} s", f"join_timeout {join} s{since}")
+    elif is_host and facts.step_age is not None and facts.step_age >= LATE_HOST:
+        left = int(join - facts.step_age)
+        side.conf["join_timeout"] = str(max(left, MIN_JOIN))
+        why = (
+            f"this node started {facts.step_age:.0f} s after its Slurm step; the other nodes wait"
+            f" {join} s from the step's start"
+        )
+        side.decide("join_timeout", side.conf["join_timeout"], why)
+        if left < MIN_JOIN:
+            side.warnings.append(
+                f"this node, the rendezvous host, started {facts.step_age:.0f} s after its Slurm"
+                f" step, later than the other nodes wait for it (join_timeout {join} s): they"
+                " have probably given up"
+            )
+
+
+def _rank_order(side: AgentSide, request: Request) -> None:
+    options, settings = request.options, request.settings
+    assert options is not None
+    mode = settings.rank_order or ("node" if request.node_rank is not None else "torch")
+    if mode == "torch" or request.node_rank is None:
+        why = (
+            "TORCHRUN_JSC_RANK_ORDER=torch"
+            if settings.rank_order == "torch"
+            else "no node rank on this node"
+        )
+        side.decide("rank order", "torch's (address as a string)", why)
+        return
+    elastic = " (of the nodes present)" if options.min_nodes < options.max_nodes else ""
+    side.patch("rank_order", "group ranks follow node ranks", node_rank=request.node_rank)
+    side.decide(
+        "rank order",
+        f"node rank{elastic}",
+        f"node rank {request.node_rank} from {request.node_rank_source}",
+    )

@@ -1,0 +1,18 @@
+"""All versions: the job's first failure. Each node records its first failing worker (or that
+torchrun_jsc stopped its workers) in the rendezvous store; every agent ends with one line
+naming the job's first failure (:mod:`torchrun_jsc.runtime.report`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..runtime import session
+from . import _agent_hooks
+
+CHECKS = _agent_hooks.CHECKS
+
+
+def install(**node: Any) -> None:
+    """Record failures and print the first one last (``node``: session Node fields)."""
+    _agent_hooks.install()
+    _agent_hooks.configure(session.Node(**node), report=True)

@@ -1,0 +1,72 @@
+"""Heartbeat bookkeeping: who is alive, measured on one clock. Pure: values and times in,
+lost members out.
+
+Every agent adds 1 to its own counter in the rendezvous store every few seconds. The watching
+node (the one that serves the store) reads all counters each round and remembers, on its own
+monotonic clock, when each counter last changed: a member whose counter has not changed for the
+peer timeout is lost. Nothing compares clocks of different nodes, so clock skew cannot raise a
+false alarm, and a watcher that was itself paused sees every live counter moved on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional
+
+#: A counter at or above this value means "the job is stopping" (see :func:`is_stop_signal`).
+STOP_BASE = 1 << 40
+
+
+def is_stop_signal(value: int) -> bool:
+    """Whether a heartbeat counter was overwritten to tell its node that the job stops."""
+    return value >= STOP_BASE
+
+
+def interval_for(timeout: float) -> float:
+    """Seconds between heartbeats for a peer timeout: a quarter of it, at most 5 s (one small
+    store operation per node every 5 s at the default timeout of 60 s)."""
+    return min(5.0, timeout / 4)
+
+
+@dataclass
+class Tracker:
+    """The watcher's view: for every member, the last counter value and when it changed."""
+
+    timeout: float
+    _value: Dict[str, Optional[int]] = field(default_factory=dict)
+    _changed: Dict[str, float] = field(default_factory=dict)
+    _done: Dict[str, bool] = field(default_factory=dict)
+
+    def members(self, keys: Iterable[str], now: float) -> None:
+        """Watch exactly ``keys`` from now on (a new rendezvous round); members already watched
+        keep their history, new ones start their clock now."""
+        keys = list(keys)
+        for key in list(self._value):
+            if key not in keys:
+                del self._value[key], self._changed[key]
+                self._done.pop(key, None)
+        for key in keys:
+            if key not in self._value:
+                self._value[key] = None
+                self._changed[key] = now
+
+    def finished(self, key: str) -> None:
+        """``key``'s workers are done: it may go quiet without being lost."""
+        self._done[key] = True
+
+    def observe(self, values: Mapping[str, Optional[int]], now: float) -> List[str]:
+        """Record one reading (key -> counter, None when missing); return the members lost now,
+        in key order: quiet for at least the timeout and not finished."""
+        for key, value in values.items():
+            if key in self._value and value is not None and value != self._value[key]:
+                self._value[key] = value
+                self._changed[key] = now
+        return sorted(
+            key
+            for key, changed in self._changed.items()
+            if now - changed >= self.timeout and not self._done.get(key)
+        )
+
+    def quiet_for(self, key: str, now: float) -> float:
+        """Seconds since ``key``'s counter last changed."""
+        return now - self._changed.get(key, now)

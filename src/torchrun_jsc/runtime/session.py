@@ -1,0 +1,521 @@
+"""The agent-side job watch of one torchrun_jsc agent: heartbeats, lost nodes, stopping the
+job, failure records and the last line about the job's first failure.
+
+The ``peer_watch`` and ``failure_report`` patches configure :data:`SESSION` and hook torch's
+agent in two places (both stable in torch 1.13-2.15):
+
+* after ``SimpleElasticAgent._rendezvous``: the round's members (the rendezvous state's
+  participants, identified as torch identifies them) and this node's key; the first time, the
+  heartbeat and watchdog threads start;
+* around ``LocalElasticAgent._monitor_workers``: a final failure (no restarts left) is
+  published; a stop asked for by another thread is answered with a FAILED result, the way torch
+  itself ends a run from the monitor.
+
+Heartbeats: every agent adds 1 to its counter in the rendezvous store every few seconds (its own
+store connection). The agent that serves the store watches all counters (:class:`Tracker`). A
+member quiet for the peer timeout is lost: the watcher records it and overwrites every other
+member's counter with a stop value, so each of them learns it at its next heartbeat and stops its
+workers; where torch can go on without the node (``--nnodes=MIN:MAX`` with restarts left), the
+watcher restarts its own workers instead and torch re-forms the job without it. A node whose
+heartbeat operation hangs or fails for the peer timeout has lost the rendezvous host and stops.
+
+Stopping never waits for torch's main thread (it may be blocked in a store operation that never
+returns): this module stops the workers itself (SIGTERM, the grace, SIGKILL) and, if the agent
+has not ended a few seconds later, prints the last line and ends the process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from . import heartbeats, workers
+from .heartbeats import STOP_BASE, Tracker
+from .jobstore import JobStore
+from .report import FAILED, LOST, STOPPED, Record, collect, error_file_message, report_line
+
+#: A heartbeat counter at or above this (and below STOP_BASE): that node's workers are done.
+DONE_BASE = 1 << 39
+#: How long the node serving the store waits, at a failure, for the others to read the records.
+LINGER = 10.0
+#: How long a node waits for the other nodes' records before it prints the first failure.
+SETTLE = 3.0
+#: How long, after stopping its workers, the agent may take to end by itself.
+EXIT_GRACE = 10.0
+#: The longest any store operation of the stopping and exit paths may take.
+STORE_WAIT = 5.0
+#: Default grace between SIGTERM and SIGKILL (torch's own).
+TORCH_GRACE = 30.0
+#: The operation timeout of torchrun_jsc's own store connection when peers are not watched.
+STORE_TIMEOUT = 30.0
+
+
+@dataclass
+class Node:
+    """What the plan knows about this node (``store_host`` None: no rendezvous store to use,
+    e.g. ``--standalone``: the failure report then covers this node only)."""
+
+    hostname: str
+    node_rank: Optional[int] = None
+    is_host: Optional[bool] = None
+    endpoint: str = ""
+    store_host: Optional[str] = None
+    store_port: int = 0
+    run_id: str = ""
+    elastic: bool = False
+    grace: Optional[float] = None
+
+
+@dataclass
+class Session:
+    """The job watch of this agent process (one per process: :data:`SESSION`)."""
+
+    node: Optional[Node] = None
+    peer_timeout: float = 0.0
+    report: bool = False
+    store: Optional[JobStore] = None
+    agent: Any = None
+    me: str = ""
+    members: List[str] = field(default_factory=list)
+    group_rank: Optional[int] = None
+    tracker: Optional[Tracker] = None
+    #: "stop" or "restart" once asked; the monitor hook answers it.
+    request: Optional[str] = None
+    records: List[Record] = field(default_factory=list)
+    done: bool = False
+    stopping: bool = False
+    failed: bool = False
+    printed: bool = False
+    threads_started: bool = False
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    # ------------------------------------------------------------------ configuration
+
+    def configure(self, node: Node, peer_timeout: float = 0.0, report: bool = False) -> None:
+        """Called by the patches (each adds its part)."""
+        with self.lock:
+            if self.node is None:
+                self.node = node
+            self.peer_timeout = max(self.peer_timeout, peer_timeout)
+            self.report = self.report or report
+            if self.store is None and node.store_host:
+                timeout = peer_timeout or STORE_TIMEOUT
+                self.store = JobStore(node.store_host, node.store_port, node.run_id, timeout)
+        atexit.unregister(self.at_exit)
+        atexit.register(self.at_exit)
+
+    @property
+    def watching(self) -> bool:
+        """Whether this agent serves the store (and so watches everyone's heartbeats)."""
+        node = self.node
+        if node is None:
+            return False
+        if node.is_host is not None:
+            return node.is_host
+        return self.group_rank == 0
+
+    # ------------------------------------------------------------------ torch hooks
+
+    def after_rendezvous(self, agent: Any, worker_group: Any) -> None:
+        """The round's members and this node's key; starts the threads the first time."""
+        if self.node is None:
+            return
+        with self.lock:
+            self.agent = agent
+            self.group_rank = worker_group.group_rank
+        if self.store is None:
+            return
+        handler = worker_group.spec.rdzv_handler
+        holder = getattr(handler, "_state_holder", None)
+        this = getattr(handler, "_this_node", None)
+        if holder is None or this is None:
+            _say("job watch off: this rendezvous handler does not expose its participants")
+            self.peer_timeout = 0.0
+            return
+        with self.lock:
+            self.agent = agent
+            self.me = _key(this)
+            self.members = sorted(_key(n) for n in holder.state.participants)
+            self.group_rank = worker_group.group_rank
+            start = not self.threads_started
+            self.threads_started = True
+        if self.peer_timeout > 0 and start:
+            threading.Thread(target=self._beat_loop, daemon=True, name="trjsc-beat").start()
+            threading.Thread(target=self._watchdog, daemon=True, name="trjsc-watchdog").start()
+
+    def around_monitor(self, agent: Any, worker_group: Any, original: Any) -> Any:
+        """``_monitor_workers``: answer a stop or restart; publish a final failure."""
+        from torch.distributed.elastic.agent.server.api import WorkerState
+
+        with self.lock:
+            self.agent = agent
+            asked, self.request = self.request, None
+        if asked is not None:
+            if asked == "stop":
+                agent._remaining_restarts = 0
+            return _stopped_result(worker_group)
+        result = original(agent, worker_group)
+        if result.state == WorkerState.FAILED and agent._remaining_restarts == 0:
+            self._final_failure(worker_group, result)
+        elif result.state == WorkerState.SUCCEEDED:
+            self._finished()
+        return result
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def _beat_loop(self) -> None:
+        assert self.store is not None
+        interval = heartbeats.interval_for(self.peer_timeout)
+        self.tracker = Tracker(self.peer_timeout)
+        known: List[str] = []
+        self.register()
+        while True:
+            try:
+                value = self.store.add(f"hb/{self.me}", 1)
+                if self.watching:
+                    members = list(self.members)
+                    if members != known:
+                        for key in members:
+                            self.store.first(f"hb/{key}", "0")
+                        self.tracker.members(members, time.monotonic())
+                        known = members
+                    self._scan(known)
+            except Exception:  # a store that went away: the watchdog decides
+                time.sleep(interval)
+                continue
+            if heartbeats.is_stop_signal(value) and not self.done:
+                self._told_to_stop()
+            time.sleep(interval)
+
+    def _scan(self, members: List[str]) -> None:
+        assert self.store is not None and self.tracker is not None
+        values = self.store.get_many([f"hb/{k}" for k in members])
+        now = time.monotonic()
+        readings: Dict[str, Optional[int]] = {}
+        for key in members:
+            text = values.get(f"hb/{key}", "")
+            number = int(text) if text.strip().isdigit() else None
+            readings[key] = number
+            if number is not None and DONE_BASE <= number < STOP_BASE:
+                self.tracker.finished(key)
+        lost = [k for k in self.tracker.observe(readings, now) if k != self.me]
+        if lost and not self.stopping and not self.done:
+            self._lost(lost, now)
+
+    def _lost(self, lost: List[str], now: float) -> None:
+        assert self.store is not None and self.tracker is not None and self.node is not None
+        key = lost[0]
+        quiet = self.tracker.quiet_for(key, now)
+        who = self._who(key)
+        record = Record(
+            kind=LOST,
+            hostname=who.get("hostname") or key,
+            node_rank=who.get("node_rank"),
+            time=time.time() - quiet,
+        )
+        others = "" if len(lost) == 1 else f" (and {len(lost) - 1} more)"
+        line = (
+            f"torchrun_jsc: {record.hostname if record.node_rank is None else _name(record)}"
+            f" has not been heard from for {quiet:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT="
+            f"{self.peer_timeout:g}){others}"
+        )
+        agent = self.agent
+        if self.node.elastic and agent is not None and agent._remaining_restarts > 0:
+            _say(f"{line[len('torchrun_jsc: ') :]}; restarting the workers without it")
+            self.tracker.members([k for k in self.members if k not in lost], now)
+            with self.lock:
+                self.request = "restart"
+            return
+        self._publish(record)
+        self._stop_everyone(record)
+        self._stop_node(f"{line}; stopping the job")
+
+    def _who(self, key: str) -> Dict[str, Any]:
+        assert self.store is not None
+        import json
+
+        with contextlib.suppress(Exception):
+            text = self.store.peek(f"who/{key}")
+            if text:
+                data = json.loads(text)
+                if isinstance(data, dict):
+                    return data
+        return {}
+
+    def register(self) -> None:
+        """Tell the others who this node is (for their messages)."""
+        import json
+
+        if self.store is None or self.node is None or not self.me:
+            return
+        info = {"hostname": self.node.hostname, "node_rank": self.node.node_rank}
+        with contextlib.suppress(Exception):
+            self.store.first(f"who/{self.me}", json.dumps(info))
+
+    def _stop_everyone(self, record: Record) -> None:
+        store = self.store
+        assert store is not None
+        members = [k for k in self.members if k != self.me]
+
+        def tell() -> None:
+            store.first("stop", record.to_json())
+            for key in members:
+                store.set(f"hb/{key}", str(STOP_BASE))
+
+        bounded(tell, STORE_WAIT)
+
+    def _told_to_stop(self) -> None:
+        store = self.store
+        assert store is not None
+        cause = Record.from_json(bounded(lambda: store.peek("stop"), STORE_WAIT) or "")
+        why = _describe_cause(cause)
+        self._stop_node(f"torchrun_jsc: {why}; stopping this node's workers")
+
+    def _watchdog(self) -> None:
+        assert self.store is not None and self.node is not None
+        timeout = self.peer_timeout
+        interval = heartbeats.interval_for(timeout)
+        while True:
+            time.sleep(1.0)
+            now = time.monotonic()
+            stuck = self.store.in_flight(now)
+            silent = now - self.store.last_ok
+            if self.done or self.stopping or (stuck < timeout and silent < timeout + interval):
+                continue
+            node = self.node
+            record = Record(
+                kind=LOST,
+                hostname=node.hostname,
+                node_rank=node.node_rank,
+                time=time.time() - silent,
+                what=f"the rendezvous host {node.endpoint}",
+            )
+            self.records.append(record)
+            self._stop_node(
+                f"torchrun_jsc: the rendezvous host {node.endpoint} has not answered for"
+                f" {silent:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT={timeout:g}); stopping this node's"
+                " workers"
+            )
+            return
+
+    # ------------------------------------------------------------------ stopping
+
+    def _stop_node(self, line: str) -> None:
+        with self.lock:
+            if self.stopping:
+                return
+            self.stopping = True
+            self.failed = True
+            self.request = "stop"
+            agent = self.agent
+        if agent is not None:
+            agent._remaining_restarts = 0
+        _say_line(line)
+        threading.Thread(target=self._end_workers, daemon=True, name="trjsc-stop").start()
+
+    def _end_workers(self) -> None:
+        node = self.node
+        grace = TORCH_GRACE if node is None or node.grace is None else node.grace
+        count = workers.stop_all(grace)
+        if self.node is not None and not any(r.kind == FAILED for r in self.records):
+            self._publish(
+                Record(
+                    kind=STOPPED,
+                    hostname=self.node.hostname,
+                    node_rank=self.node.node_rank,
+                    time=time.time(),
+                    ranks_ended=count,
+                ),
+                local_only=self.store is None,
+            )
+        time.sleep(EXIT_GRACE)
+        self.at_exit()  # the agent did not end by itself (a blocked store operation)
+        os._exit(1)
+
+    # ------------------------------------------------------------------ failures
+
+    def _final_failure(self, worker_group: Any, result: Any) -> None:
+        record = self._failure_record(worker_group, result)
+        with self.lock:
+            self.failed = True
+            first = not any(r.kind in (FAILED, STOPPED) for r in self.records)
+        if first:
+            self._publish(record)
+            if self.peer_timeout > 0 and record.kind == FAILED:
+                self._stop_everyone(record)
+
+    def _failure_record(self, worker_group: Any, result: Any) -> Record:
+        node = self.node
+        assert node is not None
+        failures = dict(result.failures or {})
+        mine = {g: f for g, f in failures.items() if not workers.stopped_by_us(f.pid)}
+        ended = len(getattr(worker_group, "workers", ()) or ()) or len(failures)
+        if not mine:
+            return Record(
+                kind=STOPPED,
+                hostname=node.hostname,
+                node_rank=node.node_rank,
+                time=time.time(),
+                ranks_ended=ended,
+            )
+
+        def when(item: Any) -> float:
+            failure = item[1]
+            return workers.exit_time(failure.pid) or float(getattr(failure, "timestamp", 0))
+
+        rank, failure = min(mine.items(), key=when)
+        data = getattr(failure, "error_file_data", None)
+        wrote = bool(failure.error_file) and os.path.isfile(failure.error_file)
+        message = error_file_message(data) if wrote and isinstance(data, dict) else ""
+        oom = failure.exitcode == -9 and workers.oom_since_start()
+        return Record(
+            kind=FAILED,
+            hostname=node.hostname,
+            node_rank=node.node_rank,
+            time=when((rank, failure)) or time.time(),
+            rank=int(rank),
+            local_rank=failure.local_rank,
+            exitcode=failure.exitcode,
+            message=message,
+            oom=oom,
+            ranks_ended=ended,
+        )
+
+    def _publish(self, record: Record, local_only: bool = False) -> None:
+        with self.lock:
+            self.records.append(record)
+        store = self.store
+        if local_only or store is None or not self.report:
+            return
+
+        def write() -> None:
+            number = store.add("fail/n", 1)
+            store.set(f"fail/{number}", record.to_json())
+
+        bounded(write, STORE_WAIT)
+
+    def _finished(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+        store = self.store
+        if store is not None and self.me and self.peer_timeout > 0:
+            bounded(lambda: store.set(f"hb/{self.me}", str(DONE_BASE)), STORE_WAIT)
+
+    # ------------------------------------------------------------------ the last line
+
+    def at_exit(self) -> None:
+        """Print the job's first failure as this agent's last line (once), when it failed."""
+        with self.lock:
+            if self.printed or not self.failed or not self.report:
+                return
+            self.printed = True
+        records = list(self.records)
+        found = bounded(self._read_records, SETTLE + LINGER + STORE_WAIT)
+        if found:
+            records = found
+        line = report_line(records)
+        if line is not None:
+            _say_line(line)
+
+    def _read_records(self) -> List[Record]:
+        """Every node's record from the store, waiting a little for the slower ones; the node
+        serving the store waits for the others to have read them."""
+        store = self.store
+        if store is None or store.in_flight() > 0:
+            return []  # a hanging operation: the host is gone
+        wanted = max(len(self.members), 1)
+        deadline = time.monotonic() + SETTLE
+        count = store.add("fail/n", 0)
+        while count < wanted and time.monotonic() < deadline:
+            time.sleep(0.2)
+            count = store.add("fail/n", 0)
+        texts = store.get_many([f"fail/{n}" for n in range(1, count + 1)])
+        store.add("fail/read", 1)
+        if self.watching:
+            linger = time.monotonic() + LINGER
+            while store.add("fail/read", 0) < wanted and time.monotonic() < linger:
+                time.sleep(0.2)
+        return collect(list(texts.values()))
+
+
+def _key(node: Any) -> str:
+    """A rendezvous participant as a store key (torch's own identity of the node)."""
+    address = getattr(node, "addr", None) or getattr(node, "fqdn", "?")
+    return f"{address}_{node.pid}_{node.local_id}"
+
+
+def _name(record: Record) -> str:
+    from .report import node_name
+
+    return node_name(record.hostname, record.node_rank)
+
+
+def _describe_cause(cause: Optional[Record]) -> str:
+    if cause is None:
+        return "another node stopped the job"
+    from .report import describe
+
+    return describe(cause)
+
+
+def _stopped_result(worker_group: Any) -> Any:
+    """A FAILED run result naming this node's first worker as stopped by SIGTERM (torch needs a
+    failure to report; torchrun_jsc's own line names the real cause)."""
+    import signal
+
+    from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    failures = {}
+    for worker in list(getattr(worker_group, "workers", []))[:1]:
+        failures[worker.global_rank] = ProcessFailure(
+            local_rank=worker.local_rank,
+            pid=worker.id or 0,
+            exitcode=-int(signal.SIGTERM),
+            error_file="",
+        )
+    return RunResult(state=WorkerState.FAILED, failures=failures)
+
+
+def bounded(call: Callable[[], Any], seconds: float) -> Any:
+    """``call()`` in a daemon thread, waiting at most ``seconds``; None if it did not return
+    (a store operation on a lost host never does) or raised."""
+    box: List[Any] = []
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            box.append(call())
+
+    worker = threading.Thread(target=run, daemon=True, name="trjsc-store")
+    worker.start()
+    worker.join(seconds)
+    return box[0] if box else None
+
+
+def _say(text: str) -> None:
+    _say_line(f"torchrun_jsc: {text}")
+
+
+def _say_line(line: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+#: This agent process's job watch.
+SESSION = Session()
+
+
+def reset() -> None:
+    """A fresh session (``restore_all``, tests)."""
+    global SESSION
+    atexit.unregister(SESSION.at_exit)
+    SESSION = Session()

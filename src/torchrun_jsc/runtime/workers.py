@@ -1,0 +1,170 @@
+"""This agent's worker processes: started through a small guard, registered, watched.
+
+The ``worker_start`` patch starts every worker as ``python -I -S -c GUARD <agent pid> <flags>
+<command...>``: the guard puts the worker in its own session (``s``: as torch >= 2.2 does, so
+that a signal to the agent's process group never reaches the workers twice) and asks the kernel
+to kill it when the agent dies (``d``: ``PR_SET_PDEATHSIG``, which survives ``exec``; a guard
+whose agent is already gone exits), then ``exec``s the worker command unchanged: same pid, same
+argv, same environment.
+
+The registry keeps each worker's ``Popen``; a thread per worker waits for its exit without
+reaping it (``waitid(WNOWAIT)``; torch still reaps) and notes the wall-clock time, so failures
+on different nodes can be ordered by when they happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+#: The guard program (run by the agent's own interpreter with -I -S: no site, a few ms).
+GUARD = (
+    "import os,sys\n"
+    "agent,flags=int(sys.argv[1]),sys.argv[2]\n"
+    "if 's' in flags and os.getsid(0)!=os.getpid():os.setsid()\n"
+    "if 'd' in flags:\n"
+    " import ctypes,signal\n"
+    " ctypes.CDLL(None).prctl(1,int(signal.SIGKILL))\n"
+    " if os.getppid()!=agent:os._exit(1)\n"
+    "os.execvp(sys.argv[3],sys.argv[3:])\n"
+)
+
+_lock = threading.Lock()
+_procs: Dict[int, Any] = {}
+_exits: Dict[int, float] = {}
+_stopped: Dict[int, bool] = {}
+_oom_baseline: Optional[int] = None
+
+
+def guarded(args: Sequence[str], pdeathsig: bool, new_session: bool) -> Tuple[str, ...]:
+    """The command that starts ``args`` through the guard."""
+    flags = ("d" if pdeathsig else "") + ("s" if new_session else "") or "-"
+    return (sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid()), flags, *args)
+
+
+def register(proc: Any) -> None:
+    """Remember a started worker (a ``Popen``) and watch for its exit."""
+    global _oom_baseline
+    with _lock:
+        _procs[proc.pid] = proc
+        if _oom_baseline is None:
+            _oom_baseline = oom_kills()
+    threading.Thread(target=_watch, args=(proc.pid,), daemon=True, name="trjsc-exit").start()
+
+
+def _watch(pid: int) -> None:
+    # Already reaped by torch (an error): the time noted is then a little late.
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    with _lock:
+        _exits.setdefault(pid, time.time())
+
+
+def live() -> List[Any]:
+    """Registered workers that have not been reaped."""
+    with _lock:
+        return [p for p in _procs.values() if p.returncode is None and p.pid not in _exits]
+
+
+def exit_time(pid: int) -> Optional[float]:
+    """When worker ``pid`` ended (wall clock), if it did."""
+    with _lock:
+        return _exits.get(pid)
+
+
+def stopped_by_us(pid: int) -> bool:
+    """Whether torchrun_jsc stopped this worker (then its failure only follows another)."""
+    with _lock:
+        return _stopped.get(pid, False)
+
+
+def signal_all(signum: int) -> int:
+    """Send ``signum`` to every live worker process (not its children); how many got it."""
+    sent = 0
+    for proc in live():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signum)
+            sent += 1
+    return sent
+
+
+def stop_all(grace: float) -> int:
+    """SIGTERM every live worker's process group, SIGKILL what is left after ``grace``
+    seconds; returns how many were stopped."""
+    procs = live()
+    with _lock:
+        for proc in procs:
+            _stopped[proc.pid] = True
+    for proc in procs:
+        _kill(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and live():
+        time.sleep(0.1)
+    for proc in live():
+        _kill(proc.pid, signal.SIGKILL)
+    return len(procs)
+
+
+def _kill(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+
+
+def oom_kills() -> Optional[int]:
+    """The ``oom_kill`` count of this process's memory cgroup (v2 ``memory.events``, v1
+    ``memory.oom_control``); None when it cannot be read."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidate = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events"
+        elif "memory" in controllers.split(","):
+            candidate = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control"
+        else:
+            continue
+        count = _oom_count(candidate)
+        if count is not None:
+            return count
+    return None
+
+
+def _oom_count(path: Path) -> Optional[int]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, number = line.partition(" ")
+        if name == "oom_kill" and number.strip().isdigit():
+            return int(number)
+    return None
+
+
+def oom_since_start() -> bool:
+    """Whether the memory cgroup's out-of-memory killer struck since the first worker started."""
+    now = oom_kills()
+    with _lock:
+        base = _oom_baseline
+    return now is not None and base is not None and now > base
+
+
+def forget() -> None:
+    """Drop every registered worker (tests)."""
+    global _oom_baseline
+    with _lock:
+        _procs.clear()
+        _exits.clear()
+        _stopped.clear()
+        _oom_baseline = None

@@ -1,0 +1,200 @@
+"""The agent-side mechanisms the plan chooses, each with its switch and reason (table-driven)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Dict, Optional
+
+import pytest
+
+from torchrun_jsc.errors import ConfigError
+from torchrun_jsc.plan import Plan
+
+from .layouts import ib, node
+from .planning import plan
+
+SCRIPT = ["train.py"]
+MULTI = ["--nnodes=4", "--rdzv_backend=c10d", "--rdzv_id=9", "--rdzv_endpoint=node0i:29500"]
+STANDALONE = ["--standalone", "--nproc_per_node=2"]
+
+
+def patches(p: Plan) -> Dict[str, Dict[str, object]]:
+    return {s.name: s.kwargs for s in p.patches}
+
+
+def decision(p: Plan, topic: str) -> str:
+    return next(f"{d.value} ({d.reason})" for d in p.decisions if d.topic == topic)
+
+
+def multi(
+    i: int = 1, env: Optional[Dict[str, str]] = None, version: str = "2.13.0", **kw: str
+) -> Plan:
+    return plan([*MULTI, *SCRIPT], {"SLURM_NODEID": str(i), **(env or {}), **kw}, version, node(i))
+
+
+def test_every_launch_gets_orphan_guard_signals_and_the_failure_report() -> None:
+    p = plan([*STANDALONE, *SCRIPT])
+    found = patches(p)
+    assert found["worker_start"] == {"pdeathsig": True, "new_session": False}
+    assert found["forward_signals"] == {"signals": ["SIGUSR1", "SIGUSR2"]}
+    assert found["failure_report"] == {"hostname": "node0", "node_rank": None, "grace": None}
+    assert "peer_watch" not in found and "rank_order" not in found
+    assert decision(p, "lost nodes").startswith("not watched (no multi-node c10d")
+
+
+def test_a_multi_node_launch_is_watched_through_its_store() -> None:
+    found = patches(multi(1))
+    node_params = {
+        "hostname": "node1",
+        "node_rank": 1,
+        "grace": None,
+        "is_host": False,
+        "endpoint": "node0i:29500",
+        "store_host": "node0i",
+        "store_port": 29500,
+        "run_id": "9",
+        "elastic": False,
+    }
+    assert found["peer_watch"] == {"timeout": 60.0, **node_params}
+    assert found["failure_report"] == node_params
+    assert found["rank_order"] == {"node_rank": 1}
+    assert found["wait_for_host"] == {"endpoint": "node0i:29500", "wait": 600.0}
+
+
+def test_the_host_watches() -> None:
+    p = multi(0)
+    assert patches(p)["peer_watch"]["is_host"] is True
+    assert "this node watches every node" in decision(p, "lost nodes")
+    assert "wait_for_host" not in patches(p)
+
+
+@pytest.mark.parametrize(
+    ("env", "absent", "topic", "words"),
+    [
+        (
+            {"TORCHRUN_JSC_PEER_TIMEOUT": "0"},
+            "peer_watch",
+            "lost nodes",
+            "TORCHRUN_JSC_PEER_TIMEOUT=0",
+        ),
+        ({"TORCHRUN_JSC_FAILURE_REPORT": "0"}, "failure_report", "failure report", "=0"),
+        (
+            {"TORCHRUN_JSC_KILL_ORPHANS": "0", "TORCHRUN_JSC_FORWARD_SIGNALS": "none"},
+            "worker_start",
+            "orphans",
+            "TORCHRUN_JSC_KILL_ORPHANS=0",
+        ),
+        ({"TORCHRUN_JSC_FORWARD_SIGNALS": "none"}, "forward_signals", "SIGUSR1, SIGUSR2", "none"),
+        ({"TORCHRUN_JSC_WAIT_FOR_HOST": "0"}, "wait_for_host", "waiting for the host", "=0"),
+        ({"TORCHRUN_JSC_RANK_ORDER": "torch"}, "rank_order", "rank order", "RANK_ORDER=torch"),
+    ],
+    ids=["peer-timeout", "report", "orphans", "signals", "wait", "rank-order"],
+)
+def test_each_mechanism_has_its_switch(
+    env: Dict[str, str], absent: str, topic: str, words: str
+) -> None:
+    p = multi(1, env)
+    assert absent not in patches(p)
+    assert words in decision(p, topic)
+
+
+def test_peer_timeout_sets_the_watch() -> None:
+    assert patches(multi(1, TORCHRUN_JSC_PEER_TIMEOUT="25"))["peer_watch"]["timeout"] == 25.0
+
+
+def test_torch_before_2_2_gets_workers_in_their_own_session() -> None:
+    """So that a signal to the agent's process group (psslurm) reaches a worker only once."""
+    assert patches(multi(1, version="2.1.2"))["worker_start"]["new_session"] is True
+    assert patches(multi(1, version="2.2.2"))["worker_start"]["new_session"] is False
+    off = multi(1, version="2.1.2", TORCHRUN_JSC_FORWARD_SIGNALS="none")
+    assert patches(off)["worker_start"]["new_session"] is False
+
+
+def test_signals_torch_handles_are_left_to_it() -> None:
+    argv = [*MULTI, "--signals-to-handle=SIGTERM,SIGUSR1", *SCRIPT]
+    p = plan(argv, {"SLURM_NODEID": "1"}, "2.13.0", node(1))
+    assert patches(p)["forward_signals"] == {"signals": ["SIGUSR2"]}
+    assert "--signals-to-handle" in decision(p, "SIGUSR1")
+
+
+def test_term_grace_is_a_patch_only_when_set() -> None:
+    assert "term_grace" not in patches(multi(1))
+    p = multi(1, TORCHRUN_JSC_TERM_GRACE="7")
+    assert patches(p)["term_grace"] == {"seconds": 7.0}
+    assert patches(p)["peer_watch"]["grace"] == 7.0
+
+
+def test_not_on_linux_no_worker_guard_and_no_signals() -> None:
+    facts = replace(node(1), platform="darwin")
+    p = plan([*MULTI, *SCRIPT], {"SLURM_NODEID": "1"}, "2.13.0", facts)
+    assert "worker_start" not in patches(p) and "forward_signals" not in patches(p)
+    assert decision(p, "orphans") == "not handled (not on Linux)"
+
+
+def test_elastic_launch_is_marked() -> None:
+    argv = ["--nnodes=2:4", *MULTI[1:], *SCRIPT]
+    p = plan(argv, {"SLURM_NODEID": "1"}, "2.13.0", node(1))
+    assert patches(p)["peer_watch"]["elastic"] is True
+    assert decision(p, "rank order").startswith("node rank (of the nodes present)")
+
+
+@pytest.mark.parametrize(
+    ("age", "conf", "wait"),
+    [
+        (None, "join_timeout=100", 100.0),
+        (30.0, "join_timeout=100", 70.0),
+        (95.0, "", 600 - 95.0),
+        (99.0, "join_timeout=100,read_timeout=20", 20.0),
+    ],
+)
+def test_a_node_waits_for_the_host_until_join_timeout_from_the_step_start(
+    age: Optional[float], conf: str, wait: float
+) -> None:
+    extra = [f"--rdzv_conf={conf}"] if conf else []
+    facts = replace(node(1), step_age=age)
+    p = plan([*MULTI, *extra, *SCRIPT], {"SLURM_NODEID": "1"}, "2.13.0", facts)
+    assert patches(p)["wait_for_host"]["wait"] == wait
+
+
+def test_a_late_host_waits_only_as_long_as_the_others() -> None:
+    facts = replace(node(0), step_age=200.0)
+    p = plan(
+        [*MULTI, "--rdzv_conf=join_timeout=600,a=b", *SCRIPT],
+        {"SLURM_NODEID": "0"},
+        "2.13.0",
+        facts,
+    )
+    assert "--rdzv_conf=join_timeout=400,a=b,is_host=1" in p.added_args
+    assert "started 200 s after its Slurm step" in decision(p, "join_timeout")
+    too_late = replace(node(0), step_age=590.0)
+    q = plan([*MULTI, *SCRIPT], {"SLURM_NODEID": "0"}, "2.13.0", too_late)
+    assert "--rdzv_conf=is_host=1,join_timeout=30" in q.added_args
+    assert any("they have probably given up" in w for w in q.warnings)
+    on_time = plan(
+        [*MULTI, *SCRIPT], {"SLURM_NODEID": "0"}, "2.13.0", replace(node(0), step_age=3.0)
+    )
+    assert "--rdzv_conf=is_host=1" in on_time.added_args
+
+
+def test_rank_order_needs_a_node_rank_when_asked_for() -> None:
+    no_rank = plan([*MULTI, *SCRIPT], {}, "2.13.0", node(1))
+    assert "rank_order" not in patches(no_rank)
+    assert "no node rank on this node" in decision(no_rank, "rank order")
+    with pytest.raises(ConfigError, match="TORCHRUN_JSC_RANK_ORDER=node needs this node's rank"):
+        plan([*MULTI, *SCRIPT], {"TORCHRUN_JSC_RANK_ORDER": "node"}, "2.13.0", node(1))
+
+
+def test_node_rank_option_is_honoured_with_c10d() -> None:
+    p = plan([*MULTI, "--node_rank=3", *SCRIPT], {}, "2.13.0", node(3))
+    assert patches(p)["rank_order"] == {"node_rank": 3}
+    assert p.is_host is False
+    assert "node rank 3 from --node_rank" in decision(p, "rank order")
+    mine = plan(
+        [*MULTI, "--node_rank=3", *SCRIPT], {"TORCHRUN_JSC_NODE_RANK": "2"}, "2.13.0", node(2)
+    )
+    assert patches(mine)["rank_order"] == {"node_rank": 2}
+
+
+def test_the_ib_address_is_still_advertised_with_rank_order() -> None:
+    p = multi(2)
+    assert f"--local_addr={ib(2)}" in p.added_args

@@ -1,0 +1,194 @@
+"""The pure parts of the agent-side runtime: failure records and the report line, heartbeat
+bookkeeping, the worker guard's command, the memory cgroup's out-of-memory count."""
+
+from __future__ import annotations
+
+import calendar
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+from torchrun_jsc.runtime import heartbeats, report, workers
+from torchrun_jsc.runtime.heartbeats import Tracker
+from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
+
+NOON = calendar.timegm((2026, 11, 30, 12, 0, 0))
+
+
+def rec(kind: str, host: str, t: float, **kw: object) -> Record:
+    return Record(kind=kind, hostname=host, time=NOON + t, **kw)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- records
+
+
+def test_record_json_round_trip_and_garbage() -> None:
+    r = rec(FAILED, "node2", 1.5, node_rank=2, rank=9, local_rank=1, exitcode=-9, oom=True)
+    assert Record.from_json(r.to_json()) == r
+    for text in ["", "{", "[]", '{"kind": "nope"}', '{"kind": "failed"}', '{"kind":"lost","x":1}']:
+        found = Record.from_json(text)
+        assert found is None or (found.kind == LOST and found.hostname == "")
+
+
+@pytest.mark.parametrize(
+    ("records", "root"),
+    [
+        ([], None),
+        ([rec(STOPPED, "n1", 0)], None),
+        ([rec(FAILED, "n2", 5), rec(FAILED, "n1", 3)], "n1"),
+        ([rec(STOPPED, "n0", 1), rec(FAILED, "n3", 2)], "n3"),
+        ([rec(LOST, "n2", 2), rec(FAILED, "n0", 9)], "n2"),
+        ([rec(LOST, "n2", 2), rec(FAILED, "n0", 2)], "n0"),
+    ],
+    ids=["none", "only-stopped", "earliest", "stopped-never-root", "lost-first", "tie-failed"],
+)
+def test_first_failure(records: List[Record], root: Optional[str]) -> None:
+    found = report.first_failure(records)
+    assert (found.hostname if found else None) == root
+
+
+@pytest.mark.parametrize(
+    ("code", "oom", "text"),
+    [
+        (3, False, "exited with code 3"),
+        (0, False, "exited with code 0"),
+        (-15, False, "was killed by SIGTERM"),
+        (-9, True, "was killed by the out-of-memory killer (SIGKILL)"),
+        (-200, False, "was killed by signal 200"),
+        (None, False, "ended"),
+    ],
+)
+def test_how_it_ended(code: Optional[int], oom: bool, text: str) -> None:
+    assert report.how_it_ended(code, oom) == text
+
+
+def test_report_line_names_the_root_and_counts_the_rest() -> None:
+    records = [
+        rec(STOPPED, "node0", 9, node_rank=0, ranks_ended=4),
+        rec(
+            FAILED,
+            "node2",
+            1.25,
+            node_rank=2,
+            rank=9,
+            local_rank=1,
+            exitcode=3,
+            message="ValueError: bad batch",
+            ranks_ended=4,
+        ),
+        rec(FAILED, "node1", 2, node_rank=1, rank=5, local_rank=1, exitcode=1, ranks_ended=4),
+    ]
+    assert report.report_line(records) == (
+        "torchrun_jsc: first failure: node2 (node rank 2): rank 9 (local rank 1) exited with code"
+        " 3 at 12:00:01.250 UTC: ValueError: bad batch; 11 ranks stopped after it"
+    )
+    assert report.report_line([rec(STOPPED, "n", 0)]) is None
+
+
+def test_report_line_for_a_lost_host() -> None:
+    lost = rec(LOST, "node1", 0, node_rank=1, what="the rendezvous host node0i:29500")
+    assert report.report_line([lost]) == (
+        "torchrun_jsc: first failure: the rendezvous host node0i:29500 stopped responding (last"
+        " heard from at 12:00:00.000 UTC)"
+    )
+
+
+def test_error_file_message_is_one_line() -> None:
+    data = {"message": {"message": "RuntimeError: boom\nsecond line", "extraInfo": {}}}
+    assert report.error_file_message(data) == "RuntimeError: boom"
+    assert report.error_file_message({"message": "<NONE>"}) == "<NONE>"
+    assert report.error_file_message({}) == ""
+    assert len(report.first_line("x" * 1000)) == 300
+
+
+# --------------------------------------------------------------------------- heartbeats
+
+
+def test_tracker_declares_a_quiet_member_lost_after_the_timeout() -> None:
+    t = Tracker(timeout=60)
+    t.members(["a", "b"], now=0)
+    assert t.observe({"a": 1, "b": 1}, now=5) == []
+    for second in range(10, 65, 5):
+        assert t.observe({"a": second, "b": 1}, now=second) == []
+    assert t.observe({"a": 70, "b": 1}, now=66) == ["b"]
+    assert t.quiet_for("b", 66) == 61
+
+
+def test_tracker_a_paused_watcher_raises_no_false_alarm() -> None:
+    """The watcher itself frozen for 5 minutes: every live counter moved on meanwhile."""
+    t = Tracker(timeout=60)
+    t.members(["a", "b"], now=0)
+    t.observe({"a": 1, "b": 1}, now=1)
+    assert t.observe({"a": 61, "b": 58}, now=301) == []
+
+
+def test_tracker_finished_members_may_go_quiet() -> None:
+    t = Tracker(timeout=10)
+    t.members(["a", "b"], now=0)
+    t.finished("b")
+    assert t.observe({"a": 5, "b": 1}, now=100) == []
+
+
+def test_tracker_new_round_keeps_history_and_starts_newcomers_now() -> None:
+    t = Tracker(timeout=10)
+    t.members(["a", "b"], now=0)
+    t.members(["a", "c"], now=8)
+    assert t.observe({"a": 1, "c": None}, now=12) == []  # c: new, counted from 8
+    assert t.observe({"a": 2, "c": None}, now=18) == ["c"]
+
+
+def test_stop_signal_and_interval() -> None:
+    assert heartbeats.is_stop_signal(heartbeats.STOP_BASE + 3)
+    assert not heartbeats.is_stop_signal(12345)
+    assert heartbeats.interval_for(60) == 5.0 and heartbeats.interval_for(10) == 2.5
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def test_guarded_command_keeps_the_workers_command_last() -> None:
+    args = ("/usr/bin/python3", "-u", "train.py", "--lr", "0.1")
+    cmd = workers.guarded(args, pdeathsig=True, new_session=False)
+    assert cmd[:4] == (sys.executable, "-I", "-S", "-c")
+    assert cmd[5:7] == (str(__import__("os").getpid()), "d")
+    assert cmd[7:] == args
+    assert workers.guarded(args, pdeathsig=False, new_session=True)[6] == "s"
+    compile(workers.GUARD, "guard", "exec")
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "files", "count"),
+    [
+        ("0::/slurm/job1\n", {"slurm/job1/memory.events": "low 0\noom 2\noom_kill 3\n"}, 3),
+        (
+            "5:memory:/slurm/job1\n4:cpu:/x\n",
+            {"memory/slurm/job1/memory.oom_control": "oom_kill_disable 0\noom_kill 7\n"},
+            7,
+        ),
+        ("0::/x\n", {}, None),
+    ],
+    ids=["v2", "v1", "unreadable"],
+)
+def test_oom_count_from_the_memory_cgroup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cgroup: str, files: dict, count: Optional[int]
+) -> None:
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text(cgroup)
+    for name, text in files.items():
+        path = tmp_path / "sys" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    real = Path
+
+    def fake(*parts: str) -> Path:
+        joined = "/".join(parts)
+        if joined == "/proc/self/cgroup":
+            return proc
+        if joined.startswith("/sys/fs/cgroup"):
+            return real(str(tmp_path / "sys") + joined[len("/sys/fs/cgroup") :])
+        return real(*parts)
+
+    monkeypatch.setattr(workers, "Path", fake)
+    assert workers.oom_kills() == count
