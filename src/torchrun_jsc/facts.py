@@ -37,6 +37,12 @@ class NodeFacts:
     #: Seconds since this node's Slurm step started (its step daemon, an ancestor of this
     #: process, was created); None outside Slurm or when it cannot be found.
     step_age: Optional[float] = None
+    #: CPUs this process may run on (its affinity mask), None when unknown.
+    cpus: Optional[int] = None
+    #: ``net.core.somaxconn`` of this node's network namespace (caps every listen backlog).
+    somaxconn: Optional[int] = None
+    #: The soft limit on open files (``ulimit -n``).
+    open_files: Optional[int] = None
     #: Seconds spent gathering (for explain and the benchmark).
     seconds: float = 0.0
 
@@ -77,6 +83,9 @@ def gather(endpoint_host: Optional[str], resolve_timeout: float) -> NodeFacts:
         python_version=(sys.version_info[0], sys.version_info[1]),
         platform=sys.platform,
         step_age=step_age(),
+        cpus=_cpus(),
+        somaxconn=_int_file("/proc/sys/net/core/somaxconn"),
+        open_files=_open_files(),
         seconds=time.monotonic() - started,
     )
 
@@ -97,3 +106,25 @@ def step_age() -> Optional[float]:
     except psutil.Error:
         return None
     return None
+
+
+def _cpus() -> Optional[int]:
+    import os
+
+    getter = getattr(os, "sched_getaffinity", None)
+    return len(getter(0)) if getter is not None else None
+
+
+def _int_file(path: str) -> Optional[int]:
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _open_files() -> Optional[int]:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)

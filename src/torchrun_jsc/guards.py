@@ -94,3 +94,75 @@ def user_ifname_finding(
         f"{name}={interface}"
     )
     return Finding("fail" if name.startswith("GLOO") else "warn", message)
+
+
+def affinity_findings(request: Request, facts: NodeFacts) -> List[Finding]:
+    """Fewer CPUs than the task asked for (srun without ``--cpus-per-task``: Slurm 22.05 to
+    23.02 does not take it over from sbatch), or fewer than the workers to start."""
+    options, step, cpus = request.options, request.slurm, facts.cpus
+    if options is None or cpus is None:
+        return []
+    asked = (
+        step.cpus_per_task if step is not None and step.problem("cpus_per_task") is None else None
+    )
+    if asked is not None and cpus < asked:
+        return [
+            Finding(
+                "warn",
+                f"this Slurm task may use {cpus} CPU{'s' if cpus != 1 else ''} although"
+                f" SLURM_CPUS_PER_TASK={asked}: srun did not take --cpus-per-task over from the"
+                " job, and every worker of this node shares them; export"
+                ' SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK" before srun (or srun'
+                f" --cpus-per-task={asked})",
+            )
+        ]
+    workers = int(options.nproc_per_node) if options.nproc_per_node.isdigit() else None
+    if workers is not None and cpus < workers:
+        return [
+            Finding(
+                "warn",
+                f"{workers} workers will share {cpus} CPU{'s' if cpus != 1 else ''} (this task's"
+                " CPU affinity); give the task the node's CPUs (sbatch --cpus-per-task, and"
+                ' SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK" or srun --cpus-per-task)',
+            )
+        ]
+    return []
+
+
+#: File descriptors an agent needs beyond its connections (torch, logs, pipes).
+FD_MARGIN = 64
+
+
+def store_host_findings(
+    request: Request, facts: NodeFacts, is_host: Optional[bool], serves_workers: bool
+) -> List[Finding]:
+    """Limits of the node that serves the rendezvous store that are too small for the job:
+    the listen backlog (``net.core.somaxconn``) and the open-file limit (``ulimit -n``)."""
+    options = request.options
+    if not is_host or options is None or not options.multi_node:
+        return []
+    nodes = options.max_nodes
+    findings: List[Finding] = []
+    if facts.somaxconn is not None and facts.somaxconn < nodes:
+        findings.append(
+            Finding(
+                "warn",
+                f"net.core.somaxconn={facts.somaxconn} on this node, which serves the rendezvous"
+                f" store for up to {nodes} nodes: connections beyond {facts.somaxconn} at once"
+                f" wait for TCP retries; raise it to at least {nodes}"
+                f" (sysctl -w net.core.somaxconn={nodes})",
+            )
+        )
+    per_node = 2 if request.settings.peer_timeout > 0 or request.settings.failure_report else 1
+    workers = int(options.nproc_per_node) if options.nproc_per_node.isdigit() else 8
+    needed = nodes * (per_node + (workers if serves_workers else 0)) + FD_MARGIN
+    if facts.open_files is not None and facts.open_files < needed:
+        findings.append(
+            Finding(
+                "warn",
+                f"ulimit -n is {facts.open_files} on this node, which serves the rendezvous store"
+                f" for up to {nodes} nodes and needs about {needed} open files; raise it"
+                f" (ulimit -n {needed} before starting torchrun_jsc)",
+            )
+        )
+    return findings

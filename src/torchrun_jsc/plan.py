@@ -144,7 +144,7 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
         for option, value, reason in request.auto.reasons:
             draft.decide(option, value, f"Slurm auto-configuration: {reason}")
         draft.args.extend(request.auto.args)
-    _apply_guards(draft, request)
+    _apply_guards(draft, request, facts)
     fixing = False
     if request.untouched is not None:
         draft.decide("rendezvous", "unchanged", request.untouched)
@@ -167,8 +167,8 @@ def _agent_side(
         draft.args.insert(at, f"--rdzv_conf={format_rdzv_conf({**request.conf, **draft.conf})}")
 
 
-def _apply_guards(draft: _Draft, request: Request) -> None:
-    for finding in guards.slurm_findings(request):
+def _apply_guards(draft: _Draft, request: Request, facts: NodeFacts) -> None:
+    for finding in [*guards.slurm_findings(request), *guards.affinity_findings(request, facts)]:
         if finding.kind == "stop" and request.settings.guards == "stop":
             draft.refusal = f"{finding.message}; TORCHRUN_JSC_GUARDS=warn launches anyway"
         elif finding.kind == "fail":
@@ -253,6 +253,10 @@ def _fix_rendezvous(
         )
     _decide_ifname(draft, request, facts)
     _torch_bug_variables(draft, request, version, facts)
+    # node rank 0 is group rank 0 in node order; its agent may also serve the workers' store
+    serves_workers = strategy_for(version).agent_serves_worker_store and request.node_rank == 0
+    for finding in guards.store_host_findings(request, facts, draft.is_host, serves_workers):
+        draft.warnings.append(finding.message)
     return request.options.multi_node
 
 

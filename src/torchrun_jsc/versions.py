@@ -93,6 +93,9 @@ class Strategy:
     local_addr_arg: bool
     advertise_patch: str
     master_addr: str
+    #: The agent of group rank 0 also serves the workers' store (their connections count
+    #: against its open-file limit).
+    agent_serves_worker_store: bool = False
 
     @property
     def label(self) -> str:
@@ -153,6 +156,7 @@ STRATEGIES: Tuple[Strategy, ...] = (
         advertise_patch=PATCH_NODE_DESC,
         master_addr="group rank 0 publishes its node address (--local_addr, else"
         " socket.getfqdn()) and serves the workers' store there",
+        agent_serves_worker_store=True,
     ),
 )
 

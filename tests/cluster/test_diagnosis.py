@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import pytest
 
@@ -111,3 +111,52 @@ def test_guard_single_node_config_in_multi_node_step(main_cluster: Cluster) -> N
     assert r.output.count("4 independent jobs will run") == 4, describe(r)
     results = parse_results(r.output)
     assert len(results) == 4 and all(x.world == 1 and x.ok for x in results), describe(r)
+
+
+# --------------------------------------------------------------------------- CPUs and limits
+
+
+@pytest.fixture(scope="session")
+def binding_cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
+    """Two nodes whose tasks Slurm binds to their CPUs (task/affinity)."""
+    return make_cluster(nodes=2, prefix="trja", task_plugin="affinity")
+
+
+@pytest.mark.parametrize("inherit", [False, True], ids=["srun-forgets", "SRUN_CPUS_PER_TASK"])
+def test_cpu_affinity_guard(binding_cluster: Cluster, inherit: bool) -> None:
+    """sbatch --cpus-per-task=2, then srun: on Slurm 22.05 the task gets one CPU unless
+    SRUN_CPUS_PER_TASK passes the value on. Explain shows the warning, and only then."""
+    script = binding_cluster.workdir / f"cpus-{inherit}.sbatch"  # type: ignore[operator]
+    argv = " ".join(jsc(binding_cluster, "--nnodes=2", *MULTI[1:], "--rdzv_endpoint=node0i:29500"))
+    export = 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"\n' if inherit else ""
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2\n"
+        f"export TORCHRUN_JSC_EXPLAIN=text\n{export}srun --label {argv}\n"
+    )
+    jobid = binding_cluster.sbatch(script)
+    state, code = binding_cluster.wait_job(jobid, timeout=120)
+    out = binding_cluster.job_output_path(jobid).read_text()
+    assert (state, code) == ("COMPLETED", 0), out
+    warned = out.count("may use 1 CPU although SLURM_CPUS_PER_TASK=2")
+    assert warned == (0 if inherit else 2), out
+
+
+def test_store_host_limits_guard(main_cluster: Cluster) -> None:
+    """node0 serves the store for 32 nodes with a backlog of 8 and 100 open files."""
+    before = main_cluster.node_sysctl(0, "net.core.somaxconn")
+    main_cluster.node_sysctl(0, "net.core.somaxconn", "8")
+    try:
+        argv = jsc(main_cluster, "--nnodes=32", *MULTI[1:], "--rdzv_endpoint=node0i:29500")
+        limited = ["bash", "-c", 'ulimit -n 100 && exec "$@"', "x", *argv]
+        env = {"TORCHRUN_JSC_EXPLAIN": "text", "TORCHRUN_JSC_NODE_RANK": "0"}
+        host, other = main_cluster.run_on_nodes(
+            [limited, argv], [env, {**env, "TORCHRUN_JSC_NODE_RANK": "1"}], timeout=90
+        )
+    finally:
+        main_cluster.node_sysctl(0, "net.core.somaxconn", before)
+    assert (
+        "warning: net.core.somaxconn=8 on this node, which serves the rendezvous store for up to"
+        " 32 nodes" in host.stdout
+    ), host.output
+    assert "warning: ulimit -n is 100 on this node" in host.stdout, host.output
+    assert "somaxconn" not in other.stdout and "ulimit" not in other.stdout, other.output

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, List, Optional
 
 import pytest
 
 from torchrun_jsc.errors import ConfigError
+from torchrun_jsc.facts import NodeFacts
 from torchrun_jsc.guards import ifname_selects
 from torchrun_jsc.plan import Plan
 from torchrun_jsc.torch_cli import CommandLine, Parsed
@@ -262,3 +264,69 @@ def test_lookup_host_is_the_auto_configured_endpoint() -> None:
     env = step_env(TORCHRUN_JSC_SLURM_AUTO="1", TORCHRUN_JSC_HOST_SUFFIX="i")
     assert request(SCRIPT, env).lookup_host == "node0i"
     assert request(SCRIPT, step_env()).lookup_host is None
+
+
+# ----------------------------------------------------------------------------- CPUs and limits
+
+
+def with_facts(i: int = 1, **kw: object) -> NodeFacts:
+    return replace(node(i, "node0i", (ib(0),)), **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("cpus", "asked", "nproc", "warned"),
+    [
+        (1, "48", "4", "may use 1 CPU although SLURM_CPUS_PER_TASK=48"),
+        (48, "48", "4", None),
+        (2, None, "4", "4 workers will share 2 CPUs"),
+        (4, None, "4", None),
+        (1, None, "gpu", None),
+        (None, "48", "4", None),
+    ],
+)
+def test_cpu_affinity_guard(
+    cpus: Optional[int], asked: Optional[str], nproc: str, warned: Optional[str]
+) -> None:
+    env = step_env() if asked is None else step_env(SLURM_CPUS_PER_TASK=asked)
+    argv = [*MULTI[:-3], f"--nproc_per_node={nproc}", *SCRIPT]
+    p = planned(argv, env, "2.13.0", with_facts(cpus=cpus))
+    found = [w for w in p.warnings if "CPU" in w]
+    if warned is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and warned in found[0], found
+        assert "SRUN_CPUS_PER_TASK" in found[0]
+
+
+@pytest.mark.parametrize(
+    ("node_id", "somaxconn", "files", "words"),
+    [
+        (
+            0,
+            2,
+            None,
+            "net.core.somaxconn=2 on this node, which serves the rendezvous store for up"
+            " to 4 nodes",
+        ),
+        (1, 2, None, None),
+        (0, 4096, None, None),
+        (0, None, 40, "ulimit -n is 40 on this node"),
+        (0, None, 100000, None),
+    ],
+)
+def test_store_host_limits_guard(
+    node_id: int, somaxconn: Optional[int], files: Optional[int], words: Optional[str]
+) -> None:
+    facts = with_facts(node_id, somaxconn=somaxconn, open_files=files)
+    p = planned(MULTI, step_env(node_id=node_id), "2.13.0", facts)
+    found = [w for w in p.warnings if "somaxconn" in w or "ulimit" in w]
+    assert (found == []) if words is None else (len(found) == 1 and words in found[0]), found
+
+
+def test_open_files_needed_counts_the_workers_store_on_node_rank_0_from_torch_2_6() -> None:
+    argv = ["--nnodes=16", "--nproc_per_node=4", *MULTI[1:]]
+    facts = with_facts(0, open_files=150)
+    new = [w for w in planned(argv, step_env(0, 16, "1(x16)"), "2.13.0", facts).warnings]
+    old = [w for w in planned(argv, step_env(0, 16, "1(x16)"), "2.4.1", facts).warnings]
+    assert not any("ulimit" in w for w in old), "16 x 2 + 64 = 96 files: enough"
+    assert any("needs about 160 open files" in w for w in new), "16 x (2 + 4) + 64"
