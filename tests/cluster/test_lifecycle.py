@@ -21,6 +21,7 @@ from typing import Callable, Dict, Iterator, List, Optional
 
 import pytest
 
+from tests.cluster.conftest import torch_label
 from tests.cluster.harness import Cluster
 from tests.cluster.scenarios import TRAIN, Job, assert_training_ok, describe, parse_results
 
@@ -293,9 +294,18 @@ def test_group_ranks_follow_node_ranks(crossing_cluster: Cluster, order: str) ->
     if order == "node":
         assert group == {"node0": 0, "node1": 1, "node2": 2, "node3": 3}, describe(result)
         assert results[0].master_addr == crossing_cluster.ib_ip(0)
-    else:
-        assert group == {"node2": 0, "node3": 1, "node0": 2, "node1": 3}, describe(result)
-        assert results[0].master_addr == crossing_cluster.ib_ip(2)
+        return
+    # torch's own order: its node descriptors sorted as strings; their first field is the FQDN
+    # (node0..node3) before torch 2.0 and the advertised IB address from 2.0 on
+    version = torch_label(crossing_cluster.python)[len("torch") :]
+    by_address = tuple(int(x) for x in version.split(".")[:2]) >= (2, 0)
+    key = (lambda i: crossing_cluster.ib_ip(i)) if by_address else (lambda i: f"node{i}")
+    expected = {f"node{i}": rank for rank, i in enumerate(sorted(range(4), key=key))}
+    assert group == expected, describe(result)
+    first = min(expected, key=expected.__getitem__)
+    assert results[0].master_addr == crossing_cluster.ib_ip(int(first[len("node") :]))
+    if by_address:
+        assert expected == {"node2": 0, "node3": 1, "node0": 2, "node1": 3}, "the crossing"
 
 
 # --------------------------------------------------------------------------- elastic

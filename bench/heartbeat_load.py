@@ -1,0 +1,212 @@
+"""Benchmark: what torchrun_jsc's heartbeats cost the node that serves the rendezvous store.
+
+A real torch ``TCPStore`` server runs in its own process on loopback (as in the agent on the
+store's node). ``--nodes`` simulated agents, spread over a few client processes, each hold their
+own :class:`~torchrun_jsc.runtime.jobstore.JobStore` connection (torchrun_jsc's second client per
+node) and beat as the job watch does: ``add(hb/<node>, 1)`` every
+``heartbeats.interval_for(timeout)`` seconds, spread over the interval. One more process is the
+watcher: every interval it reads all counters with ``JobStore.get_many`` and feeds a
+:class:`~torchrun_jsc.runtime.heartbeats.Tracker` (the same calls the session makes). After a
+warm-up, for ``--seconds``: the server process's CPU time per second and its RSS, operations per
+second, the watcher's scan time, and that no member was declared lost.
+
+Prints; ``--record`` writes the table into docs/benchmarks.md (section heartbeat-load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # this checkout's torchrun_jsc, not an installed one
+sys.path.insert(0, str(ROOT / "bench"))
+
+from record import record  # noqa: E402
+from torchrun_jsc.runtime import heartbeats  # noqa: E402
+
+SERVER = """
+import datetime, sys, time
+import torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                      timeout=datetime.timedelta(seconds=60))
+print(store.port, flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def raise_open_files() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def beat(port: int, first: int, count: int, seconds: float, timeout: float) -> None:
+    """Simulated agents ``first .. first+count-1``: one JobStore each, beating in turn."""
+    from torchrun_jsc.runtime.jobstore import JobStore
+
+    raise_open_files()
+    stores = [JobStore("127.0.0.1", port, "bench", timeout) for _ in range(count)]
+    for k, store in enumerate(stores):
+        store.first(f"hb/n{first + k}", "0")
+    interval = heartbeats.interval_for(timeout)
+    print("ready", flush=True)
+    start = time.monotonic()
+    ops = 0
+    while time.monotonic() - start < seconds:
+        round_start = time.monotonic()
+        for k, store in enumerate(stores):
+            target = round_start + interval * k / count
+            pause = target - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            store.add(f"hb/n{first + k}", 1)
+            ops += 1
+        pause = round_start + interval - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+    print(json.dumps({"ops": ops}), flush=True)
+
+
+def watch(port: int, nodes: int, seconds: float, timeout: float) -> None:
+    """The watcher: every interval, all counters with one get_many, into a Tracker."""
+    from torchrun_jsc.runtime.heartbeats import Tracker
+    from torchrun_jsc.runtime.jobstore import JobStore
+
+    store = JobStore("127.0.0.1", port, "bench", timeout)
+    keys = [f"n{i}" for i in range(nodes)]
+    tracker = Tracker(timeout)
+    tracker.members(keys, time.monotonic())
+    interval = heartbeats.interval_for(timeout)
+    print("ready", flush=True)
+    scans: List[float] = []
+    lost: List[str] = []
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        t0 = time.monotonic()
+        # the counters exist: every beater created its own before it said "ready"
+        values = store.get_many([f"hb/{k}" for k in keys])
+        readings = {k: int(values[f"hb/{k}"]) for k in keys}
+        lost += tracker.observe(readings, time.monotonic())
+        scans.append(time.monotonic() - t0)
+        time.sleep(max(0.0, interval - (time.monotonic() - t0)))
+    print(
+        json.dumps(
+            {
+                "scan_ms": statistics.median(scans) * 1000,
+                "scan_max_ms": max(scans) * 1000,
+                "lost": sorted(set(lost)),
+            }
+        ),
+        flush=True,
+    )
+
+
+def run(nodes: int, seconds: float, timeout: float, processes: int) -> Dict[str, Any]:
+    import psutil
+
+    warmup = 3.0
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(seconds + 120)], stdout=subprocess.PIPE, text=True
+    )
+    assert server.stdout is not None
+    port = int(server.stdout.readline())
+    me = str(Path(__file__).resolve())
+    per = -(-nodes // processes)
+    children = []
+    for p in range(processes):
+        first, count = p * per, min(per, nodes - p * per)
+        if count <= 0:
+            break
+        children.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    me,
+                    "--beat",
+                    str(port),
+                    str(first),
+                    str(count),
+                    str(seconds),
+                    str(timeout),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    watcher = subprocess.Popen(
+        [sys.executable, me, "--watch", str(port), str(nodes), str(seconds), str(timeout)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert watcher.stdout is not None and watcher.stdout.readline().strip() == "ready"
+    time.sleep(warmup)
+    proc = psutil.Process(server.pid)
+    cpu0, t0 = proc.cpu_times(), time.monotonic()
+    time.sleep(seconds - 2 * warmup)
+    cpu1, t1 = proc.cpu_times(), time.monotonic()
+    rss = proc.memory_info().rss / 2**20
+    ops = 0
+    for child in children:
+        out, _ = child.communicate(timeout=seconds + 60)
+        ops += json.loads(out.strip().splitlines()[-1])["ops"]
+    out, _ = watcher.communicate(timeout=seconds + 60)
+    scan = json.loads(out.strip().splitlines()[-1])
+    server.kill()
+    server.wait()
+    busy = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
+    return {
+        "nodes": nodes,
+        "interval_s": heartbeats.interval_for(timeout),
+        "heartbeat_ops_per_s": round(ops / seconds, 1),
+        "server_cpu_percent": round(100 * busy / (t1 - t0), 2),
+        "server_rss_mib": round(rss, 1),
+        "watch_scan_median_ms": round(scan["scan_ms"], 2),
+        "watch_scan_max_ms": round(scan["scan_max_ms"], 2),
+        "lost": len(scan["lost"]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1024])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, default=60.0, help="TORCHRUN_JSC_PEER_TIMEOUT")
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--record", action="store_true")
+    parser.add_argument("--beat", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--watch", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.beat:
+        port, first, count, seconds, timeout = args.beat
+        beat(int(port), int(first), int(count), float(seconds), float(timeout))
+        return
+    if args.watch:
+        port, nodes, seconds, timeout = args.watch
+        watch(int(port), int(nodes), float(seconds), float(timeout))
+        return
+    raise_open_files()
+    rows = [run(n, args.seconds, args.timeout, args.processes) for n in args.nodes]
+    for row in rows:
+        print(json.dumps(row))
+    if args.record:
+        keys = list(rows[0])
+        lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows]
+        note = (
+            f"\n{args.seconds:g} s per size after a warm-up; the server is torch's TCPStore in"
+            " its own process, the CPU figure is its user+system time per wall second."
+        )
+        record("heartbeat-load", "\n".join(lines) + "\n" + note, ROOT / "docs" / "benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()
