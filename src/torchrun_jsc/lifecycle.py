@@ -20,19 +20,12 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .facts import NodeFacts
+from .patches import AGENT_SIDE
 from .request import Request
 from .versions import TorchVersion
 
 #: The patches this module decides (all others fix the start).
-PATCHES = (
-    "worker_start",
-    "forward_signals",
-    "term_grace",
-    "peer_watch",
-    "failure_report",
-    "wait_for_host",
-    "rank_order",
-)
+PATCHES = AGENT_SIDE
 
 #: torch 2.2 started workers in their own session; earlier ones share the agent's group.
 OWN_SESSION_FROM = (2, 2)

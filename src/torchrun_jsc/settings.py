@@ -400,8 +400,8 @@ VARIABLES: Tuple[Variable, ...] = (
         (
             "1: a node keeps trying to reach the rendezvous host until the rendezvous "
             "`join_timeout` "
-            "(600 s) runs out, counted from the Slurm step's start, saying so every 30 s "
-            "(torch gives"
+            "(600 s) runs out, counted from the Slurm step's start, saying so at once and "
+            "every 30 s (torch gives"
             " up after `read_timeout`, 60 s); a host that starts late waits only as long as the "
             "others still wait. 0: torch's behaviour."
         ),

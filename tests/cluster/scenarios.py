@@ -144,7 +144,7 @@ def assert_failed(
 
 def torchrun_argv(
     python: Union[str, Path],
-    nnodes: int,
+    nnodes: Union[int, str],
     endpoint: str,
     rdzv_conf: str = "join_timeout=60,read_timeout=60",
     extra: Sequence[str] = (),

@@ -23,15 +23,22 @@ import pytest
 
 from tests.cluster.conftest import torch_label
 from tests.cluster.harness import Cluster
-from tests.cluster.scenarios import TRAIN, Job, assert_training_ok, describe, parse_results
+from tests.cluster.scenarios import (
+    Job,
+    assert_training_ok,
+    describe,
+    parse_results,
+    torchrun_argv,
+)
 
 pytestmark = pytest.mark.cluster
 
 SLOW = os.environ.get("TRJSC_SLOW_SCENARIOS") == "1"
 #: Every other node must be gone this long after the fault (the issue's bound).
 BOUND = 120.0
-#: The peer timeout the faster scenarios use (the default, 60 s, has its own scenario).
-FAST_PEER_TIMEOUT = "20"
+#: The peer timeout the per-release scenarios use (the smallest accepted; the default, 60 s, has
+#: its own scenario on the first interpreter).
+FAST_PEER_TIMEOUT = "10"
 
 
 def argv(
@@ -40,19 +47,7 @@ def argv(
     conf: str = "join_timeout=90,read_timeout=60",
     extra: tuple[str, ...] = (),
 ) -> List[str]:
-    return [
-        str(cluster.python),
-        "-m",
-        "torchrun_jsc",
-        f"--nnodes={nnodes}",
-        "--nproc_per_node=1",
-        "--rdzv_backend=c10d",
-        "--rdzv_id=7",
-        "--rdzv_endpoint=node0i:29500",
-        f"--rdzv_conf={conf}",
-        *extra,
-        str(TRAIN),
-    ]
+    return torchrun_argv(cluster.python, nnodes, "node0i:29500", conf, extra, module="torchrun_jsc")
 
 
 def envs(n: int = 4, **extra: str) -> List[Dict[str, str]]:
@@ -85,16 +80,28 @@ def assert_stopped(job: Job, nodes: List[int], took: float) -> None:
 # --------------------------------------------------------------------------- lost nodes
 
 
-def test_frozen_node_stops_the_job_with_default_settings(
-    jsc_cluster: Cluster, job_cleanup: List[Job]
-) -> None:
-    job = training(jsc_cluster, job_cleanup)
-    jsc_cluster.freeze_node(2)
+def frozen_node(cluster: Cluster, jobs: List[Job], **extra: str) -> float:
+    job = training(cluster, jobs, **extra)
+    cluster.freeze_node(2)
     took = job.wait_exit([0, 1, 3], BOUND + 30)
     assert_stopped(job, [0, 1, 3], took)
     assert "node2 (node rank 2) has not been heard from for" in job.output(0), str(job)
     for i in (1, 3):
         assert "node2 (node rank 2) stopped responding" in job.output(i), str(job)
+    print(f"frozen node: the others ended {took:.0f} s after the freeze")
+    return took
+
+
+def test_frozen_node_stops_the_job_with_default_settings(
+    main_cluster: Cluster, job_cleanup: List[Job]
+) -> None:
+    """The default peer timeout (60 s): within the 120 s bound (the first interpreter only: the
+    same mechanism as the next scenario, which runs on every one)."""
+    frozen_node(main_cluster, job_cleanup)
+
+
+def test_frozen_node_stops_the_job(jsc_cluster: Cluster, job_cleanup: List[Job]) -> None:
+    frozen_node(jsc_cluster, job_cleanup, TORCHRUN_JSC_PEER_TIMEOUT=FAST_PEER_TIMEOUT)
 
 
 def test_frozen_rendezvous_host_stops_the_job(jsc_cluster: Cluster, job_cleanup: List[Job]) -> None:
@@ -170,26 +177,26 @@ def test_sigusr1_to_every_agent_reaches_every_worker_once(
         assert len(got) == 1 and "signal=SIGUSR1" in got[0], f"node{i}: {got}\n{job}"
 
 
-def test_scancel_signal_usr1_reaches_every_worker(jsc_cluster: Cluster) -> None:
+def test_scancel_signal_usr1_reaches_every_worker(main_cluster: Cluster) -> None:
     """Slurm's own delivery: stock slurmd with proctrack/linuxproc signals the whole process
     tree of the step, so a worker may see it twice here (directly and passed on); under
     psslurm (JSC) and stock proctrack/cgroup only the agent gets it (docs/how-it-works.md)."""
-    script = jsc_cluster.workdir / "usr1.sbatch"  # type: ignore[operator]
-    command = " ".join(argv(jsc_cluster))
+    script = main_cluster.workdir / "usr1.sbatch"  # type: ignore[operator]
+    command = " ".join(argv(main_cluster))
     script.write_text(
         "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"
         "export TRJSC_TRAIN_SECONDS=30 TRJSC_SIGNALS=1\n"
         f"srun --label bash -c 'TORCHRUN_JSC_NODE_RANK=$SLURM_NODEID exec \"$@\"' x {command}\n"
     )
-    jobid = jsc_cluster.sbatch(script)
-    out = jsc_cluster.job_output_path(jobid)
+    jobid = main_cluster.sbatch(script)
+    out = main_cluster.job_output_path(jobid)
     deadline = time.monotonic() + 150
     while out.read_text().count("TRJSC_TRAINING") < 4 if out.exists() else True:
         assert time.monotonic() < deadline, out.read_text() if out.exists() else "no output"
         time.sleep(0.5)
-    signalled = jsc_cluster.login(["scancel", "--signal=USR1", jobid], timeout=30)
+    signalled = main_cluster.login(["scancel", "--signal=USR1", jobid], timeout=30)
     assert signalled.returncode == 0, signalled.output
-    state, code = jsc_cluster.wait_job(jobid, timeout=150)
+    state, code = main_cluster.wait_job(jobid, timeout=150)
     text = out.read_text()
     assert (state, code) == ("COMPLETED", 0), text[-4000:]
     ranks = {
@@ -209,16 +216,16 @@ def busy(cores: int) -> List[subprocess.Popen[bytes]]:
 
 @pytest.mark.parametrize(
     "seconds",
-    [pytest.param(120, id="2min"), pytest.param(600, id="10min", marks=pytest.mark.slow)],
+    [pytest.param(90, id="90s"), pytest.param(600, id="10min", marks=pytest.mark.slow)],
 )
 def test_no_false_alarm_on_a_fully_loaded_machine(
-    jsc_cluster: Cluster, job_cleanup: List[Job], seconds: int
+    main_cluster: Cluster, job_cleanup: List[Job], seconds: int
 ) -> None:
-    if seconds > 120 and not SLOW:
+    if seconds > 90 and not SLOW:
         pytest.skip("10 minutes: TRJSC_SLOW_SCENARIOS=1 runs it (scripts/torch-matrix does)")
     hogs = busy(4)  # two per core of this 2-core machine
     try:
-        job = Job(jsc_cluster, argv(jsc_cluster), envs(TRJSC_TRAIN_SECONDS=str(seconds)))
+        job = Job(main_cluster, argv(main_cluster), envs(TRJSC_TRAIN_SECONDS=str(seconds)))
         job_cleanup.append(job)
         job.wait_exit([0, 1, 2, 3], seconds + 240)
     finally:
@@ -237,7 +244,7 @@ def test_no_false_alarm_on_a_fully_loaded_machine(
 @pytest.mark.parametrize(
     ("delay", "conf"),
     [
-        pytest.param(45, "read_timeout=10", id="45s-read10"),
+        pytest.param(30, "read_timeout=5", id="30s-read5"),
         pytest.param(200, None, id="200s-defaults", marks=pytest.mark.slow),
     ],
 )
@@ -262,7 +269,7 @@ def test_late_rendezvous_host_is_waited_for(
 
 def test_late_rendezvous_host_control_fails_without_waiting(jsc_cluster: Cluster) -> None:
     command = [a for a in argv(jsc_cluster) if not a.startswith("--rdzv_conf")]
-    command.insert(-1, "--rdzv_conf=read_timeout=10")
+    command.insert(-1, "--rdzv_conf=read_timeout=5")
     node_envs = [
         {"TORCHRUN_JSC_NODE_RANK": str(i), "TORCHRUN_JSC_WAIT_FOR_HOST": "0"} for i in range(4)
     ]
@@ -311,6 +318,7 @@ def test_group_ranks_follow_node_ranks(crossing_cluster: Cluster, order: str) ->
 # --------------------------------------------------------------------------- elastic
 
 
+@pytest.mark.slow
 def test_elastic_job_with_a_frozen_node_ends_in_bounded_time(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -325,6 +333,8 @@ def test_elastic_job_with_a_frozen_node_ends_in_bounded_time(
         conf="join_timeout=60,read_timeout=60,last_call_timeout=5",
         extra=("--max_restarts=2",),
     )
+    if not SLOW:
+        pytest.skip("documents torch per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix)")
     job = Job(
         jsc_cluster,
         command,

@@ -14,14 +14,8 @@ from typing import Any, Callable, Dict, Optional
 from ..errors import PatchDeclinedError
 from ._common import Check, restore_all
 
-#: Every patch module; the plan and the version table refer to patches by these names.
-NAMES = (
-    "fq_hostname",
-    "store_info_build",
-    "node_desc",
-    "host_matcher",
-    "std_from_str",
-    "keep_rendezvous",
+#: The patches that act after the start (decided in :mod:`torchrun_jsc.lifecycle`).
+AGENT_SIDE = (
     "worker_start",
     "forward_signals",
     "term_grace",
@@ -30,8 +24,18 @@ NAMES = (
     "wait_for_host",
     "rank_order",
 )
+#: Every patch module; the plan and the version table refer to patches by these names.
+NAMES = (
+    "fq_hostname",
+    "store_info_build",
+    "node_desc",
+    "host_matcher",
+    "std_from_str",
+    "keep_rendezvous",
+    *AGENT_SIDE,
+)
 
-__all__ = ["NAMES", "Check", "checks_of", "install", "restore_all"]
+__all__ = ["AGENT_SIDE", "NAMES", "Check", "checks_of", "install", "restore_all"]
 
 
 def checks_of(name: str) -> tuple[Check, ...]:

@@ -4,10 +4,10 @@
 torch connects a non-host node to the store in ``c10d_rendezvous_backend._create_tcp_store``
 with the TCPStore timeout ``read_timeout`` (60 s): a host that starts later than that fails the
 whole job although the rendezvous would wait ``join_timeout`` (600 s). The replacement retries
-the connection in short attempts until ``wait`` seconds have passed, saying every 30 s that it
-waits; once connected, the store gets the user's ``read_timeout`` back, which keeps its meaning
-for every store operation. Only a node told ``is_host=0`` waits (a host that cannot listen
-fails at once, as before).
+the connection in short attempts until ``wait`` seconds have passed, saying that it waits after
+the first failed attempt and then every 30 s; once connected, the store gets the user's
+``read_timeout`` back, which keeps its meaning for every store operation. Only a node told
+``is_host=0`` waits (a host that cannot listen fails at once, as before).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def install(endpoint: str, wait: float) -> None:
         config = params.config
         given = config.get("read_timeout")
         read_timeout = params.get_as_int("read_timeout", 60)
-        started = said = time.monotonic()
+        started = time.monotonic()
+        said = started - SAY_EVERY  # the first failed attempt is told at once
         while True:
             left = wait - (time.monotonic() - started)
             config["read_timeout"] = str(max(1, min(ATTEMPT, int(left))))

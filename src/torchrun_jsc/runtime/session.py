@@ -44,7 +44,8 @@ from .report import FAILED, LOST, STOPPED, Record, collect, error_file_message, 
 DONE_BASE = 1 << 39
 #: How long the node serving the store waits, at a failure, for the others to read the records.
 LINGER = 10.0
-#: How long a node waits for the other nodes' records before it prints the first failure.
+#: How long a node waits for the other nodes' records before it prints the first failure, on
+#: top of the time they may take to notice (torch's monitor interval, the heartbeat interval).
 SETTLE = 3.0
 #: How long, after stopping its workers, the agent may take to end by itself.
 EXIT_GRACE = 10.0
@@ -93,6 +94,8 @@ class Session:
     failed: bool = False
     printed: bool = False
     threads_started: bool = False
+    #: torch's monitor interval (seconds between two looks at the workers; 5 s before 2.4).
+    monitor_interval: float = 0.0
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     # ------------------------------------------------------------------ configuration
@@ -156,6 +159,7 @@ class Session:
         with self.lock:
             self.agent = agent
             asked, self.request = self.request, None
+            self.monitor_interval = float(getattr(worker_group.spec, "monitor_interval", 0) or 0)
         if asked is not None:
             if asked == "stop":
                 agent._remaining_restarts = 0
@@ -418,12 +422,17 @@ class Session:
                 return
             self.printed = True
         records = list(self.records)
-        found = bounded(self._read_records, SETTLE + LINGER + STORE_WAIT)
+        found = bounded(self._read_records, self._settle() + LINGER + STORE_WAIT)
         if found:
             records = found
         line = report_line(records)
         if line is not None:
             _say_line(line)
+
+    def _settle(self) -> float:
+        """How long to wait for the other nodes' records."""
+        beat = heartbeats.interval_for(self.peer_timeout) if self.peer_timeout > 0 else 0.0
+        return SETTLE + max(self.monitor_interval, beat)
 
     def _read_records(self) -> List[Record]:
         """Every node's record from the store, waiting a little for the slower ones; the node
@@ -432,7 +441,7 @@ class Session:
         if store is None or store.in_flight() > 0:
             return []  # a hanging operation: the host is gone
         wanted = max(len(self.members), 1)
-        deadline = time.monotonic() + SETTLE
+        deadline = time.monotonic() + self._settle()
         count = store.add("fail/n", 0)
         while count < wanted and time.monotonic() < deadline:
             time.sleep(0.2)
