@@ -2,7 +2,8 @@
 torchrun, at 4, 8 and 16 nodes.
 
 Per size, paired rounds (alternating order): time from `srun` to its exit, and the peak of the
-summed PSS of every process in the cluster's namespaces (sampled every 0.25 s). Needs root.
+summed PSS of every process in the cluster's namespaces (sampled every 0.25 s); a round in which
+torchrun_jsc declared a node lost stops the benchmark. Needs root.
 Prints the figures; with --record writes them into docs/benchmarks.md.
 """
 
@@ -24,6 +25,10 @@ from tests.cluster.harness import Cluster, free_prefix  # noqa: E402
 from tests.cluster.scenarios import TRAIN, on_each_node, parse_results  # noqa: E402
 
 from record import record  # noqa: E402
+
+#: What torchrun_jsc prints when it declares a node or the rendezvous host lost: a healthy launch
+#: must never show it (the job watch must not cry wolf).
+FALSE_ALARMS = ("has not been heard from", "has not answered for")
 
 
 def pss_kib(pid: int) -> int:
@@ -95,6 +100,8 @@ def one(cluster: Cluster, kind: str, nodes: int) -> Tuple[float, int]:
     results = parse_results(r.output)
     if r.returncode != 0 or len(results) != nodes or not all(x.ok for x in results):
         raise SystemExit(f"{kind} on {nodes} nodes failed:\n{r.output[-3000:]}")
+    if any(alarm in r.output for alarm in FALSE_ALARMS):
+        raise SystemExit(f"{kind} on {nodes} nodes declared a node lost:\n{r.output[-3000:]}")
     return wall, mem.peak
 
 

@@ -192,3 +192,56 @@ def test_oom_count_from_the_memory_cgroup(
 
     monkeypatch.setattr(workers, "Path", fake)
     assert workers.oom_kills() == count
+
+
+# --------------------------------------------------------------------------- session
+
+
+class _Failure:
+    def __init__(self, pid: int, exitcode: int) -> None:
+        self.pid, self.exitcode, self.local_rank = pid, exitcode, 0
+        self.error_file, self.error_file_data, self.timestamp = "", {}, int(NOON)
+
+
+class _Result:
+    def __init__(self, failures: dict) -> None:  # type: ignore[type-arg]
+        self.failures = failures
+
+
+class _Group:
+    def __init__(self) -> None:
+        self.workers = [object()]
+
+
+def test_a_stop_after_the_workers_ended_by_themselves_keeps_their_failure() -> None:
+    """Told to stop when its worker had already died (gloo lost its peer): the node publishes
+    no empty STOPPED record, so its own failure still counts in the report line."""
+    from torchrun_jsc.runtime.session import Node, Session
+
+    workers.forget()
+    session = Session(node=Node(hostname="node0", node_rank=0), report=True)
+    session._stop_workers()  # nothing live to stop
+    assert session.records == []
+    session._final_failure(_Group(), _Result({0: _Failure(4242, 1)}))
+    assert [(r.kind, r.rank, r.exitcode, r.ranks_ended) for r in session.records] == [
+        (FAILED, 0, 1, 1)
+    ]
+
+
+def test_the_end_of_the_process_stops_the_watch_threads() -> None:
+    import threading
+
+    from torchrun_jsc.runtime.session import Session
+
+    session = Session()
+    beats: List[int] = []
+
+    def beat() -> None:
+        while not session.closing.wait(0.01):
+            beats.append(1)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    session.threads.append(thread)
+    thread.start()
+    session.at_exit()
+    assert session.closing.is_set() and not thread.is_alive()

@@ -51,6 +51,8 @@ SETTLE = 3.0
 EXIT_GRACE = 10.0
 #: The longest any store operation of the stopping and exit paths may take.
 STORE_WAIT = 5.0
+#: How long the process's end waits for the job watch's threads to leave their store call.
+QUIESCE_WAIT = 2.0
 #: Default grace between SIGTERM and SIGKILL (torch's own).
 TORCH_GRACE = 30.0
 #: The operation timeout of torchrun_jsc's own store connection when peers are not watched.
@@ -94,6 +96,9 @@ class Session:
     failed: bool = False
     printed: bool = False
     threads_started: bool = False
+    #: Set when the agent process ends: the job watch's threads stop their store traffic.
+    closing: threading.Event = field(default_factory=threading.Event)
+    threads: List[threading.Thread] = field(default_factory=list)
     #: torch's monitor interval (seconds between two looks at the workers; 5 s before 2.4).
     monitor_interval: float = 0.0
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -149,8 +154,13 @@ class Session:
             start = not self.threads_started
             self.threads_started = True
         if self.peer_timeout > 0 and start:
-            threading.Thread(target=self._beat_loop, daemon=True, name="trjsc-beat").start()
-            threading.Thread(target=self._watchdog, daemon=True, name="trjsc-watchdog").start()
+            for target, name in (
+                (self._beat_loop, "trjsc-beat"),
+                (self._watchdog, "trjsc-watchdog"),
+            ):
+                thread = threading.Thread(target=target, daemon=True, name=name)
+                self.threads.append(thread)
+                thread.start()
 
     def around_monitor(self, agent: Any, worker_group: Any, original: Any) -> Any:
         """``_monitor_workers``: answer a stop or restart; publish a final failure."""
@@ -179,7 +189,7 @@ class Session:
         self.tracker = Tracker(self.peer_timeout)
         known: List[str] = []
         self.register()
-        while True:
+        while not self.closing.is_set():
             try:
                 value = self.store.add(f"hb/{self.me}", 1)
                 if self.watching:
@@ -191,11 +201,11 @@ class Session:
                         known = members
                     self._scan(known)
             except Exception:  # a store that went away: the watchdog decides
-                time.sleep(interval)
+                self.closing.wait(interval)
                 continue
-            if heartbeats.is_stop_signal(value) and not self.done:
+            if heartbeats.is_stop_signal(value) and not self.done and not self.closing.is_set():
                 self._told_to_stop()
-            time.sleep(interval)
+            self.closing.wait(interval)
 
     def _scan(self, members: List[str]) -> None:
         assert self.store is not None and self.tracker is not None
@@ -285,8 +295,7 @@ class Session:
         assert self.store is not None and self.node is not None
         timeout = self.peer_timeout
         interval = heartbeats.interval_for(timeout)
-        while True:
-            time.sleep(1.0)
+        while not self.closing.wait(1.0):
             now = time.monotonic()
             stuck = self.store.in_flight(now)
             silent = now - self.store.last_ok
@@ -324,10 +333,18 @@ class Session:
         threading.Thread(target=self._end_workers, daemon=True, name="trjsc-stop").start()
 
     def _end_workers(self) -> None:
+        self._stop_workers()
+        time.sleep(EXIT_GRACE)
+        self._print_report()  # the agent did not end by itself (a blocked store operation)
+        os._exit(1)
+
+    def _stop_workers(self) -> None:
+        """Stop this node's workers and publish that (a STOPPED record) unless they had all
+        ended by themselves: torch's monitor then publishes their failure."""
         node = self.node
         grace = TORCH_GRACE if node is None or node.grace is None else node.grace
         count = workers.stop_all(grace)
-        if self.node is not None and not any(r.kind == FAILED for r in self.records):
+        if count and self.node is not None and not any(r.kind == FAILED for r in self.records):
             self._publish(
                 Record(
                     kind=STOPPED,
@@ -338,9 +355,6 @@ class Session:
                 ),
                 local_only=self.store is None,
             )
-        time.sleep(EXIT_GRACE)
-        self.at_exit()  # the agent did not end by itself (a blocked store operation)
-        os._exit(1)
 
     # ------------------------------------------------------------------ failures
 
@@ -416,7 +430,21 @@ class Session:
     # ------------------------------------------------------------------ the last line
 
     def at_exit(self) -> None:
-        """Print the job's first failure as this agent's last line (once), when it failed."""
+        """Print the job's first failure as this agent's last line (once), when it failed; then
+        stop the job watch's threads before the interpreter ends (a thread inside a store call
+        while the process tears down torch's objects can abort it)."""
+        try:
+            self._print_report()
+        finally:
+            self._quiesce()
+
+    def _quiesce(self) -> None:
+        self.closing.set()
+        for thread in self.threads:
+            if thread is not threading.current_thread():
+                thread.join(QUIESCE_WAIT)
+
+    def _print_report(self) -> None:
         with self.lock:
             if self.printed or not self.failed or not self.report:
                 return
