@@ -166,6 +166,11 @@ def make_parser() -> argparse.ArgumentParser:
         help="do not run anything; render the table from these junit files",
     )
     p.add_argument(
+        "--keep-previous",
+        action="store_true",
+        help="keep the columns of the output's versions that are not run now (noted as such)",
+    )
+    p.add_argument(
         "--note",
         action="append",
         default=[],
@@ -207,6 +212,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             from_junit=args.from_junit,
             note_items=args.note,
             pytest_args=args.pytest_args,
+            keep_previous=args.keep_previous,
         )
     except MatrixError as exc:
         print(exc, file=sys.stderr)

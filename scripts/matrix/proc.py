@@ -19,11 +19,15 @@ def log(msg: str) -> None:
 
 def clean_env(environ: Mapping[str, str] = os.environ) -> Dict[str, str]:
     """``environ`` without the caller's torchrun/torch-elastic settings (they must not leak
-    into a check), with ``OMP_NUM_THREADS=1``."""
+    into a check), with ``OMP_NUM_THREADS=1``. ``TRJSC_CLUSTER_PREFIX_SUFFIX`` stays: it only
+    names the clusters, so that two runs of the matrix can go on side by side."""
     env = {
         k: v
         for k, v in environ.items()
-        if not k.startswith(("PET_", "TORCHELASTIC_", "MASTER_", "TRJSC_"))
+        if (
+            not k.startswith(("PET_", "TORCHELASTIC_", "MASTER_", "TRJSC_"))
+            or k == "TRJSC_CLUSTER_PREFIX_SUFFIX"
+        )
         and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PYTHONPATH")
     }
     env["OMP_NUM_THREADS"] = "1"

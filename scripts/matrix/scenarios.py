@@ -78,6 +78,26 @@ def parse_junit(path: Path) -> Results:
         raise MatrixError(f"torch-matrix: cannot read junit file {path}: {exc}") from None
 
 
+def previous_runs(text: str) -> tuple[Dict[str, Results], str]:
+    """The per-version results of an earlier ``docs/compatibility.md`` (as written by
+    :func:`render_compat`) and the commit it names."""
+    found = re.search(r"^- Commit: `([^`]+)`", text, re.M)
+    commit = found[1] if found else "unknown"
+    status = {symbol: outcome for outcome, symbol in SYMBOL.items()}
+    versions: List[str] = []
+    runs: Dict[str, Results] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| scenario |"):
+            versions = cells[1:]
+            runs = {v: {} for v in versions}
+        elif line.startswith("| `") and versions and len(cells) == len(versions) + 1:
+            for version, cell in zip(versions, cells[1:]):
+                if cell in status:
+                    runs[version][cells[0].strip("`")] = status[cell]
+    return runs, commit
+
+
 def render_compat(
     runs: Mapping[str, Results],
     notes: Mapping[str, str],
@@ -194,8 +214,15 @@ def run_scenarios(
     from_junit: Optional[Sequence[str]],
     note_items: Sequence[str],
     pytest_args: Sequence[str],
+    keep_previous: bool = False,
 ) -> int:
-    """The ``run-scenarios`` subcommand; writes ``output``."""
+    """The ``run-scenarios`` subcommand; writes ``output`` (with ``keep_previous``, the
+    columns of the versions not run now are kept from the file's earlier content, each with a
+    note naming the commit they were measured on)."""
+    earlier: Dict[str, Results] = {}
+    earlier_commit = ""
+    if keep_previous and output.exists():
+        earlier, earlier_commit = previous_runs(output.read_text())
     runs: Dict[str, Results] = {}
     notes: Dict[str, str] = {}
     if from_junit:
@@ -206,6 +233,13 @@ def run_scenarios(
             runs[version], note = run_suite(cfg, version, pytest_python, timeout, pytest_args)
             if note:
                 notes[version] = note
+    for version, results in earlier.items():
+        if version not in runs and results:
+            runs[version] = results
+            notes[version] = (
+                f"kept from the run at commit {earlier_commit}; the scenarios added since"
+                " (-- in its column) have not run on this release"
+            )
     for version, text in _pairs(note_items, "--note"):
         notes[version] = "; ".join(n for n in (notes.get(version, ""), text) if n)
     python = full_python_version(cfg.python) or "unknown"

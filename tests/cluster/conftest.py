@@ -54,11 +54,24 @@ def torch_label(python: Path) -> str:
     return "torch" + out.stdout.strip() if out.returncode == 0 else "torch?"
 
 
+def per_interpreter(item: pytest.Item) -> bool:
+    """Whether a test runs once per launcher interpreter (depends on ``launcher_python``)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "launcher_python" in callspec.params
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     global _why
     mine = [it for it in items if Path(str(it.fspath)).resolve().is_relative_to(HERE)]
     if not mine:
         return
+    if os.environ.get("TRJSC_CLUSTER_PER_INTERPRETER_ONLY", "") not in ("", "0"):
+        # scripts/run-tests' second interpreter: the others already ran under the first.
+        dropped = [it for it in mine if not per_interpreter(it)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [it for it in items if it not in dropped]
+            mine = [it for it in mine if per_interpreter(it)]
     if _why is None:
         _why = missing_requirements()
     if _why:
@@ -74,6 +87,8 @@ def make_cluster() -> Iterator[Callable[..., Cluster]]:
 
     def make(nodes: int = 4, prefix: str = "trj", **kw: object) -> Cluster:
         kw.setdefault("python", node_python())
+        # a second pytest session beside this one (scripts/run-tests) takes other prefixes
+        prefix += os.environ.get("TRJSC_CLUSTER_PREFIX_SUFFIX", "")
         c = Cluster(nodes=nodes, prefix=free_prefix(prefix), **kw)  # type: ignore[arg-type]
         made.append(c)
         return c.up()

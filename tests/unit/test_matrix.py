@@ -307,6 +307,27 @@ def test_render_compat(junit_files: dict[str, Path]) -> None:
     assert text.endswith("## Notes\n\n- 2.4.1: hand-made\n")
 
 
+def test_previous_runs_read_back_what_render_compat_wrote(junit_files: dict[str, Path]) -> None:
+    runs = {v: scenarios.parse_junit(p) for v, p in junit_files.items()}
+    text = scenarios.render_compat(runs, {}, "3.11.7", "abc1234", "2026-01-02")
+    assert scenarios.previous_runs(text) == (runs, "abc1234")
+
+
+def test_run_scenarios_keeps_the_columns_not_run_now(
+    junit_files: dict[str, Path], tmp_path: Path, environ: Path
+) -> None:
+    out = tmp_path / "compat.md"
+    (first, first_xml), (second, second_xml) = list(junit_files.items())[:2]
+    base = ["run-scenarios", "--output", str(out), "--python", sys.executable]
+    assert cli.main([*base, "--from-junit", f"{first}={first_xml}"]) == 0
+    assert cli.main([*base, "--keep-previous", "--from-junit", f"{second}={second_xml}"]) == 0
+    text = out.read_text()
+    both = {first: scenarios.parse_junit(first_xml), second: scenarios.parse_junit(second_xml)}
+    assert scenarios.previous_runs(text)[0] == both
+    assert f"- {first}: kept from the run at commit " in text
+    assert f"- {second}:" not in text
+
+
 def test_render_compat_without_scenarios() -> None:
     text = scenarios.render_compat({"2.4.1": {}}, {}, "3.11.7", "abc1234", "2026-01-02")
     assert table_rows(text) == []
@@ -346,3 +367,12 @@ def test_run_scenarios_bad_junit_argument(environ: Path, tmp_path: Path) -> None
 )
 def test_scenario_names_drop_the_torch_version(classname: str, name: str, expected: str) -> None:
     assert scenarios.scenario_name(classname, name) == expected
+
+
+def test_clean_env_keeps_only_the_cluster_prefix_suffix_of_the_test_variables() -> None:
+    from matrix.proc import clean_env
+
+    env = clean_env(
+        {"TRJSC_CLUSTER_PREFIX_SUFFIX": "q", "TRJSC_SLOW_SCENARIOS": "1", "PET_NNODES": "2"}
+    )
+    assert env == {"TRJSC_CLUSTER_PREFIX_SUFFIX": "q", "OMP_NUM_THREADS": "1"}

@@ -245,3 +245,26 @@ def test_the_end_of_the_process_stops_the_watch_threads() -> None:
     thread.start()
     session.at_exit()
     assert session.closing.is_set() and not thread.is_alive()
+
+
+def test_a_stop_that_finds_the_workers_failed_records_their_failure() -> None:
+    """The stop request reached the monitor after this node's worker had died by itself: the
+    monitor still reports that failure (the node's record), not an empty stop."""
+    from types import SimpleNamespace
+
+    from torch.distributed.elastic.agent.server.api import WorkerState
+
+    from torchrun_jsc.runtime.session import Node, Session
+
+    workers.forget()
+    session = Session(node=Node(hostname="node2", node_rank=2), report=True, request="stop")
+    agent = SimpleNamespace(_remaining_restarts=3)
+    worker = SimpleNamespace(local_rank=0, global_rank=2, id=None)
+    group = SimpleNamespace(workers=[worker], spec=SimpleNamespace(monitor_interval=0.1))
+    failed = SimpleNamespace(state=WorkerState.FAILED, failures={2: _Failure(4243, 3)})
+    result = session.around_monitor(agent, group, lambda a, g: failed)
+    assert result is failed and agent._remaining_restarts == 0
+    assert [(r.kind, r.rank, r.exitcode) for r in session.records] == [(FAILED, 2, 3)]
+    healthy = SimpleNamespace(state=WorkerState.HEALTHY, failures={})
+    session.request = "stop"
+    assert session.around_monitor(agent, group, lambda a, g: healthy).state == WorkerState.FAILED

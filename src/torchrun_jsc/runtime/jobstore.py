@@ -41,6 +41,10 @@ class JobStore:
             )
         return self._store
 
+    def connect(self) -> None:
+        """Make the client now (else the first operation makes it)."""
+        self._run("add", self.key("connected"), 0)
+
     def in_flight(self, now: Optional[float] = None) -> float:
         """Seconds the current operation has been running (0 when none)."""
         since = self._since

@@ -154,6 +154,12 @@ class Session:
             start = not self.threads_started
             self.threads_started = True
         if self.peer_timeout > 0 and start:
+            # Connect here, in torch's main thread, before the watch threads start: torch's
+            # store client is then made while no other thread of this process is inside
+            # torch's native code (an agent on torch 1.13 crashed, rarely, when it was made
+            # in the watch thread during the workers' start).
+            with contextlib.suppress(Exception):
+                self.store.connect()
             for target, name in (
                 (self._beat_loop, "trjsc-beat"),
                 (self._watchdog, "trjsc-watchdog"),
@@ -170,9 +176,16 @@ class Session:
             self.agent = agent
             asked, self.request = self.request, None
             self.monitor_interval = float(getattr(worker_group.spec, "monitor_interval", 0) or 0)
+        if asked == "stop":
+            agent._remaining_restarts = 0
+            # This node's own workers may have failed before the stop arrived (a peer's death
+            # breaks their collectives): that failure is this node's record, not a stop.
+            result = original(agent, worker_group)
+            if result.state == WorkerState.FAILED:
+                self._final_failure(worker_group, result)
+                return result
+            return _stopped_result(worker_group)
         if asked is not None:
-            if asked == "stop":
-                agent._remaining_restarts = 0
             return _stopped_result(worker_group)
         result = original(agent, worker_group)
         if result.state == WorkerState.FAILED and agent._remaining_restarts == 0:
