@@ -303,9 +303,13 @@ def test_group_ranks_follow_node_ranks(crossing_cluster: Cluster, order: str) ->
         assert results[0].master_addr == crossing_cluster.ib_ip(0)
         return
     # torch's own order: its node descriptors sorted as strings; their first field is the FQDN
-    # (node0..node3) before torch 2.0 and the advertised IB address from 2.0 on
+    # (node0..node3) before torch 2.0, and from 2.0 on the --local_addr given, which
+    # torchrun_jsc gives (the IB address) where its strategy for the release passes one
+    # (not on 2.4, whose MASTER_ADDR ignores it), else the FQDN again
+    from torchrun_jsc.versions import TorchVersion, strategy_for
+
     version = torch_label(crossing_cluster.python)[len("torch") :]
-    by_address = tuple(int(x) for x in version.split(".")[:2]) >= (2, 0)
+    by_address = strategy_for(TorchVersion.parse(version)).local_addr_arg
     key = (lambda i: crossing_cluster.ib_ip(i)) if by_address else (lambda i: f"node{i}")
     expected = {f"node{i}": rank for rank, i in enumerate(sorted(range(4), key=key))}
     assert group == expected, describe(result)
