@@ -2,7 +2,7 @@
 
 Per venv: ``TRJSC_CLUSTER_PYTHON=<venv python> TRJSC_SLOW_SCENARIOS=1 <pytest python> -m pytest
 -m cluster SUITE --junitxml=<home>/scenarios/<version>.xml`` from the repository (needs root;
-about an hour for the whole matrix), then one table row per scenario and one column per
+12-15 minutes per release), then one table row per scenario and one column per
 version into ``docs/compatibility.md``. ``--from-junit VERSION=FILE ...`` renders the table
 from existing junit files without running anything.
 """
