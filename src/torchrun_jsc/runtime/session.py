@@ -154,10 +154,10 @@ class Session:
             start = not self.threads_started
             self.threads_started = True
         if self.peer_timeout > 0 and start:
-            # Connect here, in torch's main thread, before the watch threads start: torch's
-            # store client is then made while no other thread of this process is inside
-            # torch's native code (an agent on torch 1.13 crashed, rarely, when it was made
-            # in the watch thread during the workers' start).
+            # Connect here, in torch's main thread, before the watch threads start, so that the
+            # client is not made while torch starts the workers. A precaution: a rare torch
+            # 1.13 agent crash during the workers' start (CHANGELOG, known problems) was seen
+            # both before and after this; its cause is not known.
             with contextlib.suppress(Exception):
                 self.store.connect()
             for target, name in (
