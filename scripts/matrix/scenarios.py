@@ -78,6 +78,17 @@ def parse_junit(path: Path) -> Results:
         raise MatrixError(f"torch-matrix: cannot read junit file {path}: {exc}") from None
 
 
+def previous_notes(text: str) -> Dict[str, str]:
+    """The per-version notes under an earlier ``docs/compatibility.md``'s table."""
+    notes: Dict[str, str] = {}
+    _, found, tail = text.partition("\n## Notes\n")
+    for line in tail.splitlines() if found else []:
+        version, sep, note = line.removeprefix("- ").partition(": ")
+        if line.startswith("- ") and sep:
+            notes[version] = note
+    return notes
+
+
 def previous_runs(text: str) -> tuple[Dict[str, Results], str]:
     """The per-version results of an earlier ``docs/compatibility.md`` (as written by
     :func:`render_compat`) and the commit it names."""
@@ -220,9 +231,11 @@ def run_scenarios(
     columns of the versions not run now are kept from the file's earlier content, each with a
     note naming the commit they were measured on)."""
     earlier: Dict[str, Results] = {}
+    earlier_notes: Dict[str, str] = {}
     earlier_commit = ""
     if keep_previous and output.exists():
         earlier, earlier_commit = previous_runs(output.read_text())
+        earlier_notes = previous_notes(output.read_text())
     runs: Dict[str, Results] = {}
     notes: Dict[str, str] = {}
     if from_junit:
@@ -236,10 +249,15 @@ def run_scenarios(
     for version, results in earlier.items():
         if version not in runs and results:
             runs[version] = results
-            notes[version] = (
-                f"kept from the run at commit {earlier_commit}; the scenarios added since"
-                " (-- in its column) have not run on this release"
-            )
+            # a column kept once already names the run it came from; its notes travel with it
+            note = earlier_notes.get(version, "")
+            if not note.startswith("kept from"):
+                kept = (
+                    f"kept from the run at commit {earlier_commit}; the scenarios added since"
+                    " (-- in its column) have not run on this release"
+                )
+                note = "; ".join(n for n in (kept, note) if n)
+            notes[version] = note
     for version, text in _pairs(note_items, "--note"):
         notes[version] = "; ".join(n for n in (notes.get(version, ""), text) if n)
     python = full_python_version(cfg.python) or "unknown"

@@ -5,6 +5,7 @@ No venv is built or run here; only the pure parts and the command line's argumen
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -326,6 +327,11 @@ def test_run_scenarios_keeps_the_columns_not_run_now(
     assert scenarios.previous_runs(text)[0] == both
     assert f"- {first}: kept from the run at commit " in text
     assert f"- {second}:" not in text
+    kept_note = scenarios.previous_notes(text)[first]
+    # kept again by a run at a later commit: the column still names the run it was measured in
+    out.write_text(re.sub(r"^- Commit: `[^`]+`", "- Commit: `later`", text, flags=re.M))
+    assert cli.main([*base, "--keep-previous", "--from-junit", f"{second}={second_xml}"]) == 0
+    assert scenarios.previous_notes(out.read_text())[first] == kept_note
 
 
 def test_render_compat_without_scenarios() -> None:
