@@ -87,6 +87,12 @@ def test_report_line_names_the_root_and_counts_the_rest() -> None:
     assert report.report_line([rec(STOPPED, "n", 0)]) is None
 
 
+def test_report_line_never_counts_below_zero() -> None:
+    """A failure record that counts no ended rank (nothing else known): no count at all."""
+    line = report.report_line([rec(FAILED, "node2", 0, node_rank=2, rank=2, exitcode=3)])
+    assert line is not None and line.endswith("exited with code 3 at 12:00:00.000 UTC")
+
+
 def test_report_line_for_a_lost_host() -> None:
     lost = rec(LOST, "node1", 0, node_rank=1, what="the rendezvous host node0i:29500")
     assert report.report_line([lost]) == (
@@ -268,3 +274,111 @@ def test_a_stop_that_finds_the_workers_failed_records_their_failure() -> None:
     healthy = SimpleNamespace(state=WorkerState.HEALTHY, failures={})
     session.request = "stop"
     assert session.around_monitor(agent, group, lambda a, g: healthy).state == WorkerState.FAILED
+
+
+def _failed_session(node_rank: int = 0) -> object:
+    from torchrun_jsc.runtime.session import Node, Session
+
+    session = Session(node=Node(hostname=f"node{node_rank}", node_rank=node_rank), report=True)
+    session.failed = True
+    session.records.append(
+        rec(FAILED, "node2", 0, node_rank=2, rank=2, local_rank=0, exitcode=3, ranks_ended=1)
+    )
+    return session
+
+
+def test_a_second_caller_waits_for_the_last_line_instead_of_cutting_it_off(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stopping thread and the process's end both try to print the last line: whichever
+    comes second returns only once the line is out (before, it returned at once and the
+    stopping thread ended the process while the host was still reading the records)."""
+    import threading
+    import time
+
+    session = _failed_session()
+    read = threading.Event()
+
+    def slow_read() -> List[Record]:
+        read.set()
+        time.sleep(0.5)
+        return list(session.records)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(session, "_read_records", slow_read)
+    printer = threading.Thread(target=session._print_report)  # type: ignore[attr-defined]
+    printer.start()
+    assert read.wait(5)
+    session._print_report()  # type: ignore[attr-defined]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("torchrun_jsc: first failure: node2")
+    printer.join(5)
+    assert [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()] == []
+
+
+@pytest.mark.parametrize("exiting", [False, True])
+def test_the_stopping_thread_ends_the_process_only_if_the_agent_does_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exiting: bool
+) -> None:
+    from torchrun_jsc.runtime import session as module
+
+    session = _failed_session()
+    session.exiting = exiting  # type: ignore[attr-defined]
+    session.printed = exiting  # type: ignore[attr-defined]  # the end printed it already
+    session.reported.set()  # type: ignore[attr-defined]
+    exits: List[int] = []
+    monkeypatch.setattr(module, "EXIT_GRACE", 0.0)
+    monkeypatch.setattr(module.workers, "stop_all", lambda grace: 0)
+    monkeypatch.setattr(module.os, "_exit", exits.append)
+    monkeypatch.setattr(session, "_read_records", lambda: [])
+    session._end_workers()  # type: ignore[attr-defined]
+    assert exits == ([] if exiting else [1])
+    printed = "first failure: node2" in capsys.readouterr().err
+    assert printed is not exiting
+
+
+class _Store:
+    def __init__(self, busy_for: float, texts: List[str]) -> None:
+        self.busy_for, self.texts, self.reads = busy_for, texts, 0
+
+    def in_flight(self, now: Optional[float] = None) -> float:
+        return self.busy_for
+
+    def add(self, name: str, amount: int) -> int:
+        self.reads += name == "fail/read"
+        return len(self.texts) if name == "fail/n" else self.reads
+
+    def get_many(self, names: List[str]) -> dict:  # type: ignore[type-arg]
+        return {n: self.texts[int(n.split("/")[1]) - 1] for n in names}
+
+
+@pytest.mark.parametrize("busy_for, found", [(0.0, 2), (0.3, 2), (30.0, 0)])
+def test_reading_the_records_gives_up_only_on_a_hanging_operation(
+    busy_for: float, found: int
+) -> None:
+    """Another thread's heartbeat in flight is no reason to skip the other nodes' records (the
+    report then lacked the count of ranks stopped after the failure); one stuck for long is."""
+    session = _failed_session(node_rank=1)
+    texts = [
+        rec(FAILED, "node2", 0, node_rank=2, rank=2, exitcode=3, ranks_ended=1).to_json(),
+        rec(STOPPED, "node1", 1, node_rank=1, ranks_ended=1).to_json(),
+    ]
+    session.store = _Store(busy_for, texts)  # type: ignore[attr-defined]
+    session.members = ["a", "b"]  # type: ignore[attr-defined]
+    assert len(session._read_records()) == found  # type: ignore[attr-defined]
+
+
+def test_the_end_of_the_process_waits_for_store_calls_in_flight() -> None:
+    import threading
+    import time
+
+    from torchrun_jsc.runtime.session import Session, bounded
+
+    left = threading.Event()
+
+    def call() -> None:
+        time.sleep(0.3)
+        left.set()
+
+    assert bounded(call, 0.01) is None  # gave up waiting; the call goes on
+    Session().at_exit()
+    assert left.is_set()

@@ -123,7 +123,7 @@ def report_line(records: Sequence[Record]) -> Optional[str]:
     root = first_failure(records)
     if root is None:
         return None
-    followed = sum(r.ranks_ended for r in records) - (1 if root.kind == FAILED else 0)
+    followed = max(sum(r.ranks_ended for r in records) - (1 if root.kind == FAILED else 0), 0)
     tail = f"; {followed} rank{'s' if followed != 1 else ''} stopped after it" if followed else ""
     return f"torchrun_jsc: first failure: {describe(root)}{tail}"
 

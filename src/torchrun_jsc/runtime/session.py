@@ -53,6 +53,9 @@ EXIT_GRACE = 10.0
 STORE_WAIT = 5.0
 #: How long the process's end waits for the job watch's threads to leave their store call.
 QUIESCE_WAIT = 2.0
+#: At the end, a store operation of this agent's running longer than this is taken as hanging
+#: (the host is gone): the last line is then made from this node's own records.
+HANG = 2.0
 #: Default grace between SIGTERM and SIGKILL (torch's own).
 TORCH_GRACE = 30.0
 #: The operation timeout of torchrun_jsc's own store connection when peers are not watched.
@@ -95,6 +98,10 @@ class Session:
     stopping: bool = False
     failed: bool = False
     printed: bool = False
+    #: Set once the thread that prints the last line is done with it.
+    reported: threading.Event = field(default_factory=threading.Event)
+    #: Set when the process's normal end (``at_exit``) has begun.
+    exiting: bool = False
     threads_started: bool = False
     #: Set when the agent process ends: the job watch's threads stop their store traffic.
     closing: threading.Event = field(default_factory=threading.Event)
@@ -348,8 +355,11 @@ class Session:
     def _end_workers(self) -> None:
         self._stop_workers()
         time.sleep(EXIT_GRACE)
-        self._print_report()  # the agent did not end by itself (a blocked store operation)
-        os._exit(1)
+        # Print the last line if nobody has (the agent did not end by itself: a blocked store
+        # operation), or let the thread that is printing it finish.
+        self._print_report()
+        if not self.exiting:
+            os._exit(1)
 
     def _stop_workers(self) -> None:
         """Stop this node's workers and publish that (a STOPPED record) unless they had all
@@ -446,6 +456,7 @@ class Session:
         """Print the job's first failure as this agent's last line (once), when it failed; then
         stop the job watch's threads before the interpreter ends (a thread inside a store call
         while the process tears down torch's objects can abort it)."""
+        self.exiting = True
         try:
             self._print_report()
         finally:
@@ -453,22 +464,38 @@ class Session:
 
     def _quiesce(self) -> None:
         self.closing.set()
-        for thread in self.threads:
+        deadline = time.monotonic() + QUIESCE_WAIT
+        for thread in [*self.threads, *_store_calls()]:
             if thread is not threading.current_thread():
-                thread.join(QUIESCE_WAIT)
+                thread.join(max(deadline - time.monotonic(), 0.0))
+
+    def _report_wait(self) -> float:
+        """The longest the last line may take (reading every node's record)."""
+        return self._settle() + LINGER + STORE_WAIT
 
     def _print_report(self) -> None:
+        """Print the last line, once; a second caller waits until the first has printed it
+        (neither the stopping thread nor the process's end may cut it off)."""
         with self.lock:
-            if self.printed or not self.failed or not self.report:
+            if self.printed:
+                mine = False
+            elif not self.failed or not self.report:
                 return
-            self.printed = True
-        records = list(self.records)
-        found = bounded(self._read_records, self._settle() + LINGER + STORE_WAIT)
-        if found:
-            records = found
-        line = report_line(records)
-        if line is not None:
-            _say_line(line)
+            else:
+                self.printed = mine = True
+        if not mine:
+            self.reported.wait(self._report_wait() + 1.0)
+            return
+        try:
+            records = list(self.records)
+            found = bounded(self._read_records, self._report_wait())
+            if found:
+                records = found
+            line = report_line(records)
+            if line is not None:
+                _say_line(line)
+        finally:
+            self.reported.set()
 
     def _settle(self) -> float:
         """How long to wait for the other nodes' records."""
@@ -479,7 +506,7 @@ class Session:
         """Every node's record from the store, waiting a little for the slower ones; the node
         serving the store waits for the others to have read them."""
         store = self.store
-        if store is None or store.in_flight() > 0:
+        if store is None or store.in_flight() > HANG:
             return []  # a hanging operation: the host is gone
         wanted = max(len(self.members), 1)
         deadline = time.monotonic() + self._settle()
@@ -535,6 +562,10 @@ def _stopped_result(worker_group: Any) -> Any:
     return RunResult(state=WorkerState.FAILED, failures=failures)
 
 
+_calls: List[threading.Thread] = []
+_calls_lock = threading.Lock()
+
+
 def bounded(call: Callable[[], Any], seconds: float) -> Any:
     """``call()`` in a daemon thread, waiting at most ``seconds``; None if it did not return
     (a store operation on a lost host never does) or raised."""
@@ -545,9 +576,18 @@ def bounded(call: Callable[[], Any], seconds: float) -> Any:
             box.append(call())
 
     worker = threading.Thread(target=run, daemon=True, name="trjsc-store")
+    with _calls_lock:
+        _calls[:] = [t for t in _calls if t.is_alive()]
+        _calls.append(worker)
     worker.start()
     worker.join(seconds)
     return box[0] if box else None
+
+
+def _store_calls() -> List[threading.Thread]:
+    """The threads of :func:`bounded` still running (the process's end waits for them)."""
+    with _calls_lock:
+        return [t for t in _calls if t.is_alive()]
 
 
 def _say(text: str) -> None:
