@@ -382,3 +382,45 @@ def test_the_end_of_the_process_waits_for_store_calls_in_flight() -> None:
     assert bounded(call, 0.01) is None  # gave up waiting; the call goes on
     Session().at_exit()
     assert left.is_set()
+
+
+class _SlotStore:
+    """What the job watch writes: the record counter and the records' slots."""
+
+    def __init__(self) -> None:
+        self.values: dict = {}  # type: ignore[type-arg]
+
+    def add(self, name: str, amount: int) -> int:
+        self.values[name] = int(self.values.get(name, 0)) + amount
+        return int(self.values[name])
+
+    def set(self, name: str, value: str) -> None:
+        self.values[name] = value
+
+
+@pytest.mark.parametrize(
+    "first, second, kept",
+    [
+        (STOPPED, STOPPED, STOPPED),  # the stopping thread and torch's monitor both saw the stop
+        (STOPPED, FAILED, FAILED),  # a worker of its own had failed: that is the node's record
+        (FAILED, STOPPED, FAILED),
+    ],
+)
+def test_a_node_publishes_one_record(first: str, second: str, kept: str) -> None:
+    """Before, the stopping thread and the monitor could each publish the same ended workers,
+    and the report counted them twice ("5 ranks stopped after it" for 3)."""
+    from torchrun_jsc.runtime.session import Node, Session
+
+    session = Session(node=Node(hostname="node1", node_rank=1), report=True)
+    store = _SlotStore()
+    session.store = store  # type: ignore[assignment]
+    for kind in (first, second):
+        session._publish_own(rec(kind, "node1", 0, node_rank=1, ranks_ended=1))
+    assert [r.kind for r in session.records] == [kept]
+    assert store.values["fail/n"] == 1
+    stored = Record.from_json(store.values["fail/1"])
+    assert stored is not None and stored.kind == kept
+    line = report.report_line(
+        [rec(FAILED, "node2", -1, node_rank=2, rank=2, exitcode=3, ranks_ended=1), stored]
+    )
+    assert line is not None and line.endswith("; 1 rank stopped after it")

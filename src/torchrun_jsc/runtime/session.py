@@ -109,6 +109,9 @@ class Session:
     #: torch's monitor interval (seconds between two looks at the workers; 5 s before 2.4).
     monitor_interval: float = 0.0
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: The store slot (``fail/<n>``) of this node's own record, once written.
+    own_slot: Optional[int] = None
+    own_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ------------------------------------------------------------------ configuration
 
@@ -367,16 +370,15 @@ class Session:
         node = self.node
         grace = TORCH_GRACE if node is None or node.grace is None else node.grace
         count = workers.stop_all(grace)
-        if count and self.node is not None and not any(r.kind == FAILED for r in self.records):
-            self._publish(
+        if count and self.node is not None:
+            self._publish_own(
                 Record(
                     kind=STOPPED,
                     hostname=self.node.hostname,
                     node_rank=self.node.node_rank,
                     time=time.time(),
                     ranks_ended=count,
-                ),
-                local_only=self.store is None,
+                )
             )
 
     # ------------------------------------------------------------------ failures
@@ -385,11 +387,8 @@ class Session:
         record = self._failure_record(worker_group, result)
         with self.lock:
             self.failed = True
-            first = not any(r.kind in (FAILED, STOPPED) for r in self.records)
-        if first:
-            self._publish(record)
-            if self.peer_timeout > 0 and record.kind == FAILED:
-                self._stop_everyone(record)
+        if self._publish_own(record) and self.peer_timeout > 0 and record.kind == FAILED:
+            self._stop_everyone(record)
 
     def _failure_record(self, worker_group: Any, result: Any) -> Record:
         node = self.node
@@ -440,6 +439,36 @@ class Session:
             store.set(f"fail/{number}", record.to_json())
 
         bounded(write, STORE_WAIT)
+
+    def _publish_own(self, record: Record) -> bool:
+        """Publish how this node's workers ended: one record per node, whichever of the stopping
+        thread and torch's monitor comes first, except that a failure of its own replaces a
+        stop (both see the same ended workers; two records would count them twice). Returns
+        whether ``record`` became this node's record."""
+        with self.lock:
+            index = next(
+                (i for i, r in enumerate(self.records) if r.kind in (FAILED, STOPPED)), None
+            )
+            if index is None:
+                self.records.append(record)
+            elif record.kind == FAILED and self.records[index].kind == STOPPED:
+                self.records[index] = record
+            else:
+                return False
+        store = self.store
+        if store is None or not self.report:
+            return True
+
+        def write() -> None:
+            with self.own_lock:  # the latest of this node's record, in its one slot
+                with self.lock:
+                    latest = next(r for r in self.records if r.kind in (FAILED, STOPPED))
+                if self.own_slot is None:
+                    self.own_slot = store.add("fail/n", 1)
+                store.set(f"fail/{self.own_slot}", latest.to_json())
+
+        bounded(write, STORE_WAIT)
+        return True
 
     def _finished(self) -> None:
         with self.lock:
