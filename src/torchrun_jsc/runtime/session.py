@@ -434,11 +434,7 @@ class Session:
         if local_only or store is None or not self.report:
             return
 
-        def write() -> None:
-            number = store.add("fail/n", 1)
-            store.set(f"fail/{number}", record.to_json())
-
-        bounded(write, STORE_WAIT)
+        bounded(lambda: _write_record(store, record), STORE_WAIT)
 
     def _publish_own(self, record: Record) -> bool:
         """Publish how this node's workers ended: one record per node, whichever of the stopping
@@ -463,9 +459,7 @@ class Session:
             with self.own_lock:  # the latest of this node's record, in its one slot
                 with self.lock:
                     latest = next(r for r in self.records if r.kind in (FAILED, STOPPED))
-                if self.own_slot is None:
-                    self.own_slot = store.add("fail/n", 1)
-                store.set(f"fail/{self.own_slot}", latest.to_json())
+                self.own_slot = _write_record(store, latest, self.own_slot)
 
         bounded(write, STORE_WAIT)
         return True
@@ -550,6 +544,14 @@ class Session:
             while store.add("fail/read", 0) < wanted and time.monotonic() < linger:
                 time.sleep(0.2)
         return collect(list(texts.values()))
+
+
+def _write_record(store: JobStore, record: Record, slot: Optional[int] = None) -> int:
+    """Write ``record`` into the store slot ``fail/<slot>`` (a new slot when None); the slot."""
+    if slot is None:
+        slot = store.add("fail/n", 1)
+    store.set(f"fail/{slot}", record.to_json())
+    return slot
 
 
 def _key(node: Any) -> str:
