@@ -5,7 +5,7 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 
 | mechanism | patch | on for |
 |---|---|---|
-| workers die with the agent; own session | ``worker_start`` | every launch (Linux) |
+| workers die with the agent (a watcher); own session | ``worker_start`` | every launch (Linux) |
 | SIGUSR1/SIGUSR2 passed on to the workers | ``forward_signals`` | every launch (Linux) |
 | grace between SIGTERM and SIGKILL | ``term_grace`` | when ``TORCHRUN_JSC_TERM_GRACE`` is set |
 | lost nodes stop the job | ``peer_watch`` | multi-node c10d launches torchrun_jsc fixes |
@@ -72,23 +72,25 @@ def plan_agent_side(
     if orphans or forward:
         side.patch(
             "worker_start",
-            "workers start through a guard: "
+            "each worker: "
             + ", ".join(
                 what
                 for what, on in (
-                    ("they die with the agent (parent-death signal)", orphans),
-                    ("each in its own session, as from torch 2.2", own_session),
+                    ("handed to the orphan watcher, so it dies with the agent", orphans),
+                    ("in its own session, as from torch 2.2", own_session),
                     ("registered so that signals can be passed on", bool(forward)),
                 )
                 if on
             ),
-            pdeathsig=orphans,
+            kill_orphans=orphans,
             new_session=own_session,
         )
     side.decide(
         "orphans",
         "killed with the agent" if orphans else "not handled",
-        "parent-death signal" if orphans else _off("TORCHRUN_JSC_KILL_ORPHANS", linux),
+        "a watcher process kills them when the agent ends"
+        if orphans
+        else _off("TORCHRUN_JSC_KILL_ORPHANS", linux),
     )
     if forward:
         side.patch("forward_signals", "passed on, training goes on", signals=list(forward))

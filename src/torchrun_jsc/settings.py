@@ -385,8 +385,8 @@ VARIABLES: Tuple[Variable, ...] = (
         "1",
         SWITCH,
         (
-            "1: workers die with their agent even when it is killed with SIGKILL (a parent-death "
-            "signal set by a tiny guard each worker starts through)."
+            "1: workers die with their agent even when it is killed with SIGKILL (one small "
+            "watcher process per agent kills what the agent leaves behind)."
         ),
         short="0, 1",
     ),

@@ -63,15 +63,19 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def children(pid: int) -> List[int]:
+def children(pid: int, watcher: bool = False) -> List[int]:
+    """The agent's workers (its children but the orphan watcher), or with ``watcher`` only the
+    watcher."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            if parent == pid and (b"runtime/orphans.py" in cmdline) == watcher:
                 found.append(int(entry.name))
     return found
 
@@ -165,13 +169,16 @@ def test_workers_die_with_a_killed_agent() -> None:
     proc = launch(["--nproc_per_node=2", str(TRAIN)], {"TRJSC_TRAIN_SECONDS": "120"})
     wait_for(proc, "TRJSC_TRAINING", 2)
     workers = children(proc.pid)
-    assert len(workers) == 2
+    watcher = children(proc.pid, watcher=True)
+    assert len(workers) == 2 and len(watcher) == 1, (workers, watcher)
     proc.kill()
-    proc.wait()
+    _, err = proc.communicate(timeout=30)
     deadline = time.monotonic() + 5
-    while any(alive(w) for w in workers) and time.monotonic() < deadline:
+    while any(alive(w) for w in workers + watcher) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(w) for w in workers), "a worker outlived its agent by 5 s"
+    assert not alive(watcher[0]), "the watcher ends with its work"
+    assert "ended and left 2 worker(s) running; killed them" in err, err[-2000:]
 
 
 IGNORES_TERM = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + (

@@ -35,7 +35,7 @@ def multi(
 def test_every_launch_gets_orphan_guard_signals_and_the_failure_report() -> None:
     p = plan([*STANDALONE, *SCRIPT])
     found = patches(p)
-    assert found["worker_start"] == {"pdeathsig": True, "new_session": False}
+    assert found["worker_start"] == {"kill_orphans": True, "new_session": False}
     assert found["forward_signals"] == {"signals": ["SIGUSR1", "SIGUSR2"]}
     assert found["failure_report"] == {"hostname": "node0", "node_rank": None, "grace": None}
     assert "peer_watch" not in found and "rank_order" not in found

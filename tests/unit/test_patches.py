@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any, Iterator
 
 import pytest
@@ -341,10 +342,12 @@ def test_term_grace_replaces_the_timeout(monkeypatch: pytest.MonkeyPatch) -> Non
     assert seen == [("SIGTERM", 4.5), (None, 4.5)]
 
 
-def test_worker_start_guards_and_registers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_start_registers_and_hands_workers_to_the_watcher(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from torch.distributed.elastic.multiprocessing.api import SubprocessHandler
 
-    from torchrun_jsc.runtime import workers
+    from torchrun_jsc.runtime import orphans, workers
 
     started: list[Any] = []
 
@@ -357,16 +360,70 @@ def test_worker_start_guards_and_registers(monkeypatch: pytest.MonkeyPatch) -> N
         return Proc()
 
     monkeypatch.setattr(SubprocessHandler, "_popen", popen)
-    monkeypatch.setattr(workers, "register", lambda proc: started.append(proc.pid))
-    assert patches.install("worker_start", {"pdeathsig": True, "new_session": True}) is None
+    monkeypatch.setattr(workers, "register", lambda proc: started.append(("registered", proc.pid)))
+    monkeypatch.setattr(orphans, "start", lambda: started.append("watcher") and None)
+    monkeypatch.setattr(orphans, "tell", lambda pid: started.append(("told", pid)))
+    assert patches.install("worker_start", {"kill_orphans": True, "new_session": False}) is None
     SubprocessHandler._popen(object(), ("python", "-u", "t.py"), {})  # type: ignore[arg-type]
-    assert started[0][-3:] == ("python", "-u", "t.py") and started[0][6] == "ds"
-    assert started[1] == 424242
+    assert started == [
+        "watcher",
+        ("python", "-u", "t.py"),
+        ("registered", 424242),
+        ("told", 424242),
+    ]
     patches.restore_all()
+    started.clear()
     monkeypatch.setattr(SubprocessHandler, "_popen", popen)
-    assert patches.install("worker_start", {"pdeathsig": False, "new_session": False}) is None
+    assert patches.install("worker_start", {"kill_orphans": False, "new_session": False}) is None
     SubprocessHandler._popen(object(), ("python", "t.py"), {})  # type: ignore[arg-type]
-    assert started[2] == ("python", "t.py"), "no guard when it has nothing to do"
+    assert started == [("python", "t.py"), ("registered", 424242)], "no watcher when it is off"
+
+
+def test_worker_start_new_session_only_for_the_known_popen_of_torch_before_2_2(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torch.distributed.elastic.multiprocessing.api import SubprocessHandler
+
+    from torchrun_jsc.runtime import workers
+
+    def old_popen(self: Any, args: Any, env: Any) -> Any:  # torch 1.13-2.1's names
+        return subprocess.Popen(args=args, env=env, stdout=self._stdout, stderr=self._stderr)
+
+    calls: list[dict[str, Any]] = []
+
+    class Proc:
+        pid = 4242
+
+    def fake_popen(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return Proc()
+
+    class Handler:
+        _stdout = "out"
+        _stderr = None
+
+    monkeypatch.setattr(subprocess, "Popen", fake_popen)
+    monkeypatch.setattr(workers, "register", lambda proc: None)
+    monkeypatch.setattr(SubprocessHandler, "_popen", old_popen)
+    assert patches.install("worker_start", {"kill_orphans": False, "new_session": True}) is None
+    SubprocessHandler._popen(Handler(), ("python", "t.py"), {"A": "1"})  # type: ignore[arg-type]
+    assert calls == [
+        {
+            "args": ("python", "t.py"),
+            "env": {"A": "1"},
+            "stdout": "out",
+            "stderr": None,
+            "start_new_session": True,
+        }
+    ]
+    patches.restore_all()
+
+    def other_popen(self: Any, args: Any, env: Any) -> Any:
+        return subprocess.Popen(args, env=env, cwd="/")
+
+    monkeypatch.setattr(SubprocessHandler, "_popen", other_popen)
+    reason = patches.install("worker_start", {"kill_orphans": False, "new_session": True})
+    assert reason is not None and "expected subprocess, Popen, _stdout, _stderr" in reason
 
 
 def test_forward_signals_passes_the_signal_on_and_is_undone(

@@ -1,13 +1,16 @@
-"""All versions: start every worker through a small guard (:mod:`torchrun_jsc.runtime.workers`)
-that kills it when the agent dies (even by SIGKILL) and gives it its own session (as torch >= 2.2
-does), and register it so signals can be passed on to it."""
+"""All versions: register every worker torch starts (so signals can be passed on to it), hand it
+to this agent's orphan watcher (:mod:`torchrun_jsc.runtime.orphans`: it dies with the agent,
+even by SIGKILL), and, before torch 2.2, start it in its own session as torch 2.2+ does."""
 
 from __future__ import annotations
 
 import functools
+import subprocess
 from typing import Any, Dict, Tuple
 
-from ..runtime import workers
+from ..errors import PatchDeclinedError
+from ..log import logger
+from ..runtime import orphans, workers
 from ._common import Check, replace, verified
 
 CHECKS = (
@@ -18,18 +21,41 @@ CHECKS = (
     ),
 )
 
+#: The names torch's ``_popen`` uses before 2.2: ``subprocess.Popen(args=args, env=env,
+#: stdout=self._stdout, stderr=self._stderr)`` and nothing else (1.13-2.1, all fingerprinted).
+PLAIN_POPEN = ("subprocess", "Popen", "_stdout", "_stderr")
 
-def install(pdeathsig: bool, new_session: bool) -> None:
+
+def install(kill_orphans: bool, new_session: bool) -> None:
     """Wrap torch's ``SubprocessHandler._popen`` (the same class in every module that names
     it)."""
     [(owner, attr, original)] = verified(CHECKS)
+    names = tuple(getattr(getattr(original, "__code__", None), "co_names", ()))
+    if new_session and names != PLAIN_POPEN:
+        raise PatchDeclinedError(
+            f"SubprocessHandler._popen uses {', '.join(names) or 'nothing'}, expected"
+            f" {', '.join(PLAIN_POPEN)} (torch before 2.2)"
+        )
+    if kill_orphans:
+        problem = orphans.start()
+        if problem is not None:
+            logger.warning("torchrun_jsc: workers may outlive a killed agent: %s", problem)
 
     @functools.wraps(original)
     def _popen(self: Any, args: Tuple[str, ...], env: Dict[str, str]) -> Any:
-        if pdeathsig or new_session:
-            args = workers.guarded(args, pdeathsig, new_session)
-        proc = original(self, args, env)
+        if new_session:  # what torch 2.2+ does: the worker leads a session of its own
+            proc = subprocess.Popen(
+                args=args,
+                env=env,
+                stdout=self._stdout,
+                stderr=self._stderr,
+                start_new_session=True,
+            )
+        else:
+            proc = original(self, args, env)
         workers.register(proc)
+        if kill_orphans:
+            orphans.tell(proc.pid)
         return proc
 
     replace(owner, attr, _popen)

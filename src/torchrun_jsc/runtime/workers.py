@@ -1,15 +1,10 @@
-"""This agent's worker processes: started through a small guard, registered, watched.
+"""This agent's worker processes: registered, watched.
 
-The ``worker_start`` patch starts every worker as ``python -I -S -c GUARD <agent pid> <flags>
-<command...>``: the guard puts the worker in its own session (``s``: as torch >= 2.2 does, so
-that a signal to the agent's process group never reaches the workers twice) and asks the kernel
-to kill it when the agent dies (``d``: ``PR_SET_PDEATHSIG``, which survives ``exec``; a guard
-whose agent is already gone exits), then ``exec``s the worker command unchanged: same pid, same
-argv, same environment.
-
-The registry keeps each worker's ``Popen``; a thread per worker waits for its exit without
-reaping it (``waitid(WNOWAIT)``; torch still reaps) and notes the wall-clock time, so failures
-on different nodes can be ordered by when they happened.
+The ``worker_start`` patch registers every worker torch starts (and hands it to the orphan
+watcher, :mod:`torchrun_jsc.runtime.orphans`). The registry keeps each worker's ``Popen``; a
+thread per worker waits for its exit without reaping it (``waitid(WNOWAIT)``; torch still reaps)
+and notes the wall-clock time, so failures on different nodes can be ordered by when they
+happened.
 """
 
 from __future__ import annotations
@@ -17,35 +12,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
-
-#: The guard program (run by the agent's own interpreter with -I -S: no site, a few ms).
-GUARD = (
-    "import os,sys\n"
-    "agent,flags=int(sys.argv[1]),sys.argv[2]\n"
-    "if 's' in flags and os.getsid(0)!=os.getpid():os.setsid()\n"
-    "if 'd' in flags:\n"
-    " import ctypes,signal\n"
-    " ctypes.CDLL(None).prctl(1,int(signal.SIGKILL))\n"
-    " if os.getppid()!=agent:os._exit(1)\n"
-    "os.execvp(sys.argv[3],sys.argv[3:])\n"
-)
+from typing import Any, Dict, List, Optional
 
 _lock = threading.Lock()
 _procs: Dict[int, Any] = {}
 _exits: Dict[int, float] = {}
 _stopped: Dict[int, bool] = {}
 _oom_baseline: Optional[int] = None
-
-
-def guarded(args: Sequence[str], pdeathsig: bool, new_session: bool) -> Tuple[str, ...]:
-    """The command that starts ``args`` through the guard."""
-    flags = ("d" if pdeathsig else "") + ("s" if new_session else "") or "-"
-    return (sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid()), flags, *args)
 
 
 def register(proc: Any) -> None:
