@@ -96,16 +96,27 @@ STEP_DAEMONS = ("slurmstepd", "psidforwarder")
 
 
 def step_age() -> Optional[float]:
-    """Seconds since the nearest Slurm step daemon among this process's ancestors started."""
-    import psutil
+    """Seconds since the nearest Slurm step daemon among this process's ancestors started
+    (``/proc``: Linux only)."""
+    import os
 
-    try:
-        for parent in psutil.Process().parents():
-            if parent.name() in STEP_DAEMONS:
-                return max(0.0, time.time() - float(parent.create_time()))
-    except psutil.Error:
-        return None
+    from .runtime.orphans import proc_stat
+
+    pid = os.getppid()
+    while pid > 1:
+        found = proc_stat(pid)
+        if found is None:
+            return None
+        name, fields = found
+        if name in STEP_DAEMONS:
+            return max(0.0, _since_boot() - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+        pid = int(fields[1])
     return None
+
+
+def _since_boot() -> float:
+    """Seconds since boot, the clock of the start times in ``/proc/<pid>/stat``."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def _cpus() -> Optional[int]:

@@ -12,7 +12,7 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .errors import ConfigError
 
@@ -202,19 +202,35 @@ def is_local_address(address: str) -> bool:
 
 
 def interfaces() -> List[Interface]:
-    """Every IPv4 and IPv6 address of every interface (link-local IPv6 with its ``%zone``)."""
+    """Every IPv4 and IPv6 address of every interface (link-local IPv6 with its ``%zone``): on
+    Linux from the kernel's netlink, elsewhere from ``psutil``."""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        from . import netlink
+
+        names: Dict[int, str] = {}
+        found: List[Interface] = []
+        for index, address in netlink.addresses():
+            if index not in names:
+                try:
+                    names[index] = socket.if_indextoname(index)
+                except OSError:  # the interface went away meanwhile
+                    continue
+            found.append(_interface(names[index], address))
+        return found
     import psutil
 
-    found: List[Interface] = []
-    for name, addrs in psutil.net_if_addrs().items():
-        for addr in addrs:
-            if addr.family not in (socket.AF_INET, socket.AF_INET6):
-                continue
-            address = str(addr.address)
-            ip = ip_of(address)
-            if ip is None:
-                continue
-            if ip.version == 6 and ip.is_link_local and "%" not in address:
-                address = f"{address}%{name}"
-            found.append(Interface(name, address, ip.version))
-    return found
+    return [
+        _interface(name, str(addr.address))
+        for name, addrs in psutil.net_if_addrs().items()
+        for addr in addrs
+        if addr.family in (socket.AF_INET, socket.AF_INET6) and ip_of(str(addr.address))
+    ]
+
+
+def _interface(name: str, address: str) -> Interface:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if ip.version == 6 and ip.is_link_local and "%" not in address:
+        address = f"{address}%{name}"
+    return Interface(name, address, ip.version)
