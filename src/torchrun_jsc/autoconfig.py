@@ -12,8 +12,7 @@ user left out, from the step's environment. Pure: environment in, arguments out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import FrozenSet, List, Optional, Tuple
+from typing import FrozenSet, List, NamedTuple, Optional, Tuple
 
 from . import network, slurm
 from .errors import ConfigError
@@ -28,8 +27,7 @@ SUFFIX_DEFAULTS = {
 }
 
 
-@dataclass(frozen=True)
-class AutoArgs:
+class AutoArgs(NamedTuple):
     """Arguments auto-configuration adds, each with the reason for explain."""
 
     args: Tuple[str, ...]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import asdict
 from typing import Any, Dict, List, Optional
 
 from .plan import Prepared
@@ -18,7 +17,7 @@ def as_dict(prepared: Prepared) -> Dict[str, Any]:
         "strategy": plan.strategy,
         "node": {
             "hostname": facts.hostname,
-            "interfaces": [asdict(i) for i in facts.interfaces],
+            "interfaces": [i._asdict() for i in facts.interfaces],
             "python": ".".join(map(str, facts.python_version)),
         },
         "endpoint": {
@@ -34,7 +33,7 @@ def as_dict(prepared: Prepared) -> Dict[str, Any]:
         "is_host": plan.is_host,
         "advertised_address": plan.advertised_address,
         "interface": plan.interface,
-        "decisions": [asdict(d) for d in plan.decisions],
+        "decisions": [d._asdict() for d in plan.decisions],
         "added_args": list(plan.added_args),
         "argv": list(plan.argv),
         "env": dict(plan.env),

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from types import MappingProxyType
+from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 
 from . import network
 from .network import Interface
 
+#: The default of :attr:`NodeFacts.route_sources` (read-only).
+_NO_ROUTES: Mapping[str, Optional[str]] = MappingProxyType({})
 
-@dataclass(frozen=True)
-class NodeFacts:
+
+class NodeFacts(NamedTuple):
     """What this node looks like from the launcher's point of view."""
 
     hostname: str = ""
@@ -28,7 +30,7 @@ class NodeFacts:
     #: Why the endpoint did not resolve (None when it did, or when nothing was looked up).
     resolve_error: Optional[str] = None
     #: Endpoint address -> this node's source address towards it (None: no route).
-    route_sources: Dict[str, Optional[str]] = field(default_factory=dict)
+    route_sources: Mapping[str, Optional[str]] = _NO_ROUTES
     #: Endpoint addresses that belong to this node.
     local_endpoint_addresses: Tuple[str, ...] = ()
     python_version: Tuple[int, int] = (3, 11)

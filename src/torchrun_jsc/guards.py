@@ -6,8 +6,7 @@ Each finding is ``stop`` (the launch cannot work: refused unless ``TORCHRUN_JSC_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 from .facts import NodeFacts
 from .request import Request
@@ -15,8 +14,7 @@ from .request import Request
 SOCKET_IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """One guard's verdict."""
 
     kind: str  # "stop", "warn" or "fail"

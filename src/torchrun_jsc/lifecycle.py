@@ -16,7 +16,6 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .facts import NodeFacts
@@ -35,15 +34,21 @@ LATE_HOST = 30.0
 MIN_JOIN = 30
 
 
-@dataclass
 class AgentSide:
     """The agent-side part of a plan: patches ``(name, params, reason)``, decisions
     ``(topic, value, reason)``, warnings, and rendezvous keys to add to ``--rdzv_conf``."""
 
-    patches: List[Tuple[str, Tuple[Tuple[str, object], ...], str]] = field(default_factory=list)
-    decisions: List[Tuple[str, str, str]] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
-    conf: Dict[str, str] = field(default_factory=dict)
+    def __init__(
+        self,
+        patches: Optional[List[Tuple[str, Tuple[Tuple[str, object], ...], str]]] = None,
+        decisions: Optional[List[Tuple[str, str, str]]] = None,
+        warnings: Optional[List[str]] = None,
+        conf: Optional[Dict[str, str]] = None,
+    ) -> None:
+        self.patches = [] if patches is None else patches
+        self.decisions = [] if decisions is None else decisions
+        self.warnings = [] if warnings is None else warnings
+        self.conf = {} if conf is None else conf
 
     def patch(self, name: str, reason: str, **params: object) -> None:
         self.patches.append((name, tuple(sorted(params.items())), reason))

@@ -11,16 +11,14 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from .errors import ConfigError
 
 LOCALHOST_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
-@dataclass(frozen=True)
-class Interface:
+class Interface(NamedTuple):
     """One address of one network interface of this machine."""
 
     name: str
@@ -33,8 +31,7 @@ ENDPOINT_ACCEPTS = "HOST[:PORT] or [IPV6][:PORT], PORT an integer in 0..65535"
 DEFAULT_RDZV_PORT = 29400
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(NamedTuple):
     """A checked ``--rdzv_endpoint``: the host without brackets, the port if given."""
 
     text: str

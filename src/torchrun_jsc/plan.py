@@ -8,8 +8,7 @@ Nothing here touches the machine or reads the environment: the request
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from . import guards, lifecycle, network
 from .errors import ConfigError
@@ -27,8 +26,7 @@ from .versions import (
 )
 
 
-@dataclass(frozen=True)
-class PatchSpec:
+class PatchSpec(NamedTuple):
     """A runtime patch to install: its module name in :mod:`torchrun_jsc.patches` and arguments."""
 
     name: str
@@ -41,8 +39,7 @@ class PatchSpec:
         return dict(self.params)
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """One line of the plan's reasoning: what was decided and why."""
 
     topic: str
@@ -50,8 +47,7 @@ class Decision:
     reason: str
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """What torchrun_jsc does on this node."""
 
     torch_version: str
@@ -88,8 +84,7 @@ class Plan:
         return "torchrun_jsc: " + "; ".join(parts)
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(NamedTuple):
     """Everything known before launching: the request, this node's facts and the plan."""
 
     request: Request
@@ -102,20 +97,33 @@ class Prepared:
         return self.request.settings
 
 
-@dataclass
 class _Draft:
-    args: List[str] = field(default_factory=list)
-    #: Rendezvous keys to set in the one --rdzv_conf torchrun_jsc adds.
-    conf: Dict[str, str] = field(default_factory=dict)
-    env: Dict[str, str] = field(default_factory=dict)
-    patches: List[PatchSpec] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
-    decisions: List[Decision] = field(default_factory=list)
-    failures: List[str] = field(default_factory=list)
-    refusal: Optional[str] = None
-    is_host: Optional[bool] = None
-    address: Optional[str] = None
-    interface: Optional[str] = None
+    def __init__(
+        self,
+        args: Optional[List[str]] = None,
+        conf: Optional[Dict[str, str]] = None,
+        env: Optional[Dict[str, str]] = None,
+        patches: Optional[List[PatchSpec]] = None,
+        warnings: Optional[List[str]] = None,
+        decisions: Optional[List[Decision]] = None,
+        failures: Optional[List[str]] = None,
+        refusal: Optional[str] = None,
+        is_host: Optional[bool] = None,
+        address: Optional[str] = None,
+        interface: Optional[str] = None,
+    ) -> None:
+        self.args = [] if args is None else args
+        #: Rendezvous keys to set in the one --rdzv_conf torchrun_jsc adds.
+        self.conf = {} if conf is None else conf
+        self.env = {} if env is None else env
+        self.patches = [] if patches is None else patches
+        self.warnings = [] if warnings is None else warnings
+        self.decisions = [] if decisions is None else decisions
+        self.failures = [] if failures is None else failures
+        self.refusal = refusal
+        self.is_host = is_host
+        self.address = address
+        self.interface = interface
 
     def decide(self, topic: str, value: object, reason: str) -> None:
         self.decisions.append(Decision(topic, str(value), reason))

@@ -9,8 +9,7 @@ raises :class:`~torchrun_jsc.errors.ConfigError` with one line; input a launch d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import autoconfig
 from .errors import ConfigError
@@ -36,8 +35,7 @@ TORCH_TRUE = frozenset({"1", "true", "t", "yes", "y"})
 TORCH_FALSE = frozenset({"0", "false", "f", "no", "n"})
 
 
-@dataclass(frozen=True)
-class LaunchOptions:
+class LaunchOptions(NamedTuple):
     """The torchrun options the plan needs, as torchrun will see them (after Slurm
     auto-configuration)."""
 
@@ -66,8 +64,7 @@ class LaunchOptions:
         return not self.standalone and self.max_nodes > 1
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     """Everything the plan needs from the command line and the environment, validated."""
 
     argv: Tuple[str, ...]
@@ -128,7 +125,7 @@ def read_request(
     base = Request(argv=tuple(argv), settings=settings, slurm=step, environment=environment)
     first = command.parse(argv)
     if isinstance(first, Stop):
-        return _replace(base, stop=first)
+        return base._replace(stop=first)
     notes: List[str] = []
     auto, filled = _auto_configure(command, argv, first, settings, step, notes)
     options = _options(command, filled)
@@ -150,8 +147,7 @@ def read_request(
         )
     if untouched is None and step is not None:
         step.need("tasks_per_node", "num_nodes")
-    return _replace(
-        base,
+    return base._replace(
         version_requested=first.version_requested,
         options=options,
         insert_at=first.insert_at,
@@ -163,12 +159,6 @@ def read_request(
         node_rank=node_rank,
         node_rank_source=source,
     )
-
-
-def _replace(request: Request, **changes: object) -> Request:
-    from dataclasses import replace
-
-    return replace(request, **changes)  # type: ignore[arg-type]
 
 
 def _auto_configure(

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import math
 import signal
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from . import envvars
 from .errors import ConfigError
@@ -104,8 +103,7 @@ def _choice(*options: str) -> Callable[[str], str]:
     return parse
 
 
-@dataclass(frozen=True)
-class Variable:
+class Variable(NamedTuple):
     """One documented environment variable; ``default`` is the value used when it is unset.
 
     ``accepted`` goes into error messages; ``short`` and ``meaning`` (markdown) into the README's
@@ -434,8 +432,7 @@ def variable(name: str) -> Variable:
     return _BY_NAME[name]
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     """Validated torchrun_jsc settings; see :data:`VARIABLES` for meaning and defaults."""
 
     prefer_arg_patching: bool

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from dataclasses import dataclass
 from typing import (
     Callable,
     Dict,
@@ -235,8 +234,7 @@ def _count_accepts(minimum: int) -> str:
     return "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
 
 
-@dataclass(frozen=True)
-class _Field:
+class _Field(NamedTuple):
     names: Tuple[str, ...]
     parse: Callable[[str], object]
     accepted: str
@@ -264,8 +262,7 @@ _FIELDS: Dict[str, _Field] = {
 }
 
 
-@dataclass(frozen=True)
-class SlurmStep:
+class SlurmStep(NamedTuple):
     """What Slurm's environment says about the current job and step.
 
     ``nodelist`` is the step's (else the job's) hostlist expression, already checked; expand it

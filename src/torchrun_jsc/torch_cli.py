@@ -21,8 +21,7 @@ import argparse
 import contextlib
 import io
 import os
-from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .errors import ConfigError
 
@@ -48,16 +47,14 @@ class TorchCli:
         return int(low), int(high)
 
 
-@dataclass(frozen=True)
-class Stop:
+class Stop(NamedTuple):
     """torchrun stops by itself on this command line: ``--help`` (code 0) or a usage error."""
 
     code: int
     text: str
 
 
-@dataclass(frozen=True)
-class Parsed:
+class Parsed(NamedTuple):
     """A command line torchrun accepts."""
 
     values: Mapping[str, Any]

@@ -7,22 +7,32 @@ each row (who publishes ``MASTER_ADDR`` and from what) are in ``docs/how-it-work
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 from .errors import UnsupportedTorchError
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-@dataclass(frozen=True, order=True)
 class TorchVersion:
-    """A torch release number; local parts (``+cpu``) and pre-release tags are kept in ``raw``."""
+    """A torch release number; local parts (``+cpu``) and pre-release tags are kept in ``raw``.
+
+    Immutable; equality, hashing and order use ``(major, minor, patch)`` only, never ``raw``.
+    """
+
+    __slots__ = ("major", "minor", "patch", "raw")
 
     major: int
     minor: int
-    patch: int = 0
-    raw: str = field(default="", compare=False)
+    patch: int
+    raw: str
+
+    def __init__(self, major: int, minor: int, patch: int = 0, raw: str = "") -> None:
+        set_field = object.__setattr__
+        set_field(self, "major", major)
+        set_field(self, "minor", minor)
+        set_field(self, "patch", patch)
+        set_field(self, "raw", raw)
 
     @classmethod
     def parse(cls, text: str) -> TorchVersion:
@@ -40,8 +50,56 @@ class TorchVersion:
         """``(major, minor)``."""
         return (self.major, self.minor)
 
+    @property
+    def _order(self) -> Tuple[int, int, int]:
+        return (self.major, self.minor, self.patch)
+
     def __str__(self) -> str:
         return self.raw or f"{self.major}.{self.minor}.{self.patch}"
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__qualname__}(major={self.major!r}, minor={self.minor!r},"
+            f" patch={self.patch!r}, raw={self.raw!r})"
+        )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.major, self.minor, self.patch, self.raw))
+
+    def __hash__(self) -> int:
+        return hash(self._order)
+
+    def _order_of(self, other: object) -> Optional[Tuple[int, int, int]]:
+        """``other``'s ``(major, minor, patch)``; None when it is not of this class."""
+        if isinstance(other, TorchVersion) and other.__class__ is self.__class__:
+            return other._order
+        return None
+
+    def __eq__(self, other: object) -> bool:
+        theirs = self._order_of(other)
+        return NotImplemented if theirs is None else self._order == theirs
+
+    def __lt__(self, other: TorchVersion) -> bool:
+        theirs = self._order_of(other)
+        return NotImplemented if theirs is None else self._order < theirs
+
+    def __le__(self, other: TorchVersion) -> bool:
+        theirs = self._order_of(other)
+        return NotImplemented if theirs is None else self._order <= theirs
+
+    def __gt__(self, other: TorchVersion) -> bool:
+        theirs = self._order_of(other)
+        return NotImplemented if theirs is None else self._order > theirs
+
+    def __ge__(self, other: TorchVersion) -> bool:
+        theirs = self._order_of(other)
+        return NotImplemented if theirs is None else self._order >= theirs
 
 
 #: Names of the runtime patches (modules in :mod:`torchrun_jsc.patches`).
@@ -78,8 +136,7 @@ MINIMUM = (1, 9)
 NEWEST_TESTED = max(tuple(int(x) for x in v.split(".")[:2]) for v in TESTED_RELEASES)
 
 
-@dataclass(frozen=True)
-class Strategy:
+class Strategy(NamedTuple):
     """How one range of torch versions advertises this node's address.
 
     ``local_addr_arg``: torchrun accepts ``--local_addr`` and the group-rank-0 node's value becomes
@@ -161,8 +218,7 @@ STRATEGIES: Tuple[Strategy, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class TorchBug:
+class TorchBug(NamedTuple):
     """A torch bug that breaks plain torchrun, and how torchrun_jsc works around it.
 
     Exactly one of ``patch`` (a runtime patch) and ``env`` (a variable torchrun_jsc sets unless the

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Dict, Optional
 
 import pytest
@@ -125,7 +124,7 @@ def test_term_grace_is_a_patch_only_when_set() -> None:
 
 
 def test_not_on_linux_no_worker_guard_and_no_signals() -> None:
-    facts = replace(node(1), platform="darwin")
+    facts = node(1)._replace(platform="darwin")
     p = plan([*MULTI, *SCRIPT], {"SLURM_NODEID": "1"}, "2.13.0", facts)
     assert "worker_start" not in patches(p) and "forward_signals" not in patches(p)
     assert decision(p, "orphans") == "not handled (not on Linux)"
@@ -151,13 +150,13 @@ def test_a_node_waits_for_the_host_until_join_timeout_from_the_step_start(
     age: Optional[float], conf: str, wait: float
 ) -> None:
     extra = [f"--rdzv_conf={conf}"] if conf else []
-    facts = replace(node(1), step_age=age)
+    facts = node(1)._replace(step_age=age)
     p = plan([*MULTI, *extra, *SCRIPT], {"SLURM_NODEID": "1"}, "2.13.0", facts)
     assert patches(p)["wait_for_host"]["wait"] == wait
 
 
 def test_a_late_host_waits_only_as_long_as_the_others() -> None:
-    facts = replace(node(0), step_age=200.0)
+    facts = node(0)._replace(step_age=200.0)
     p = plan(
         [*MULTI, "--rdzv_conf=join_timeout=600,a=b", *SCRIPT],
         {"SLURM_NODEID": "0"},
@@ -166,12 +165,12 @@ def test_a_late_host_waits_only_as_long_as_the_others() -> None:
     )
     assert "--rdzv_conf=join_timeout=400,a=b,is_host=1" in p.added_args
     assert "started 200 s after its Slurm step" in decision(p, "join_timeout")
-    too_late = replace(node(0), step_age=590.0)
+    too_late = node(0)._replace(step_age=590.0)
     q = plan([*MULTI, *SCRIPT], {"SLURM_NODEID": "0"}, "2.13.0", too_late)
     assert "--rdzv_conf=is_host=1,join_timeout=30" in q.added_args
     assert any("they have probably given up" in w for w in q.warnings)
     on_time = plan(
-        [*MULTI, *SCRIPT], {"SLURM_NODEID": "0"}, "2.13.0", replace(node(0), step_age=3.0)
+        [*MULTI, *SCRIPT], {"SLURM_NODEID": "0"}, "2.13.0", node(0)._replace(step_age=3.0)
     )
     assert "--rdzv_conf=is_host=1" in on_time.added_args
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Dict, List, Optional
 
 import pytest
@@ -270,7 +269,7 @@ def test_lookup_host_is_the_auto_configured_endpoint() -> None:
 
 
 def with_facts(i: int = 1, **kw: object) -> NodeFacts:
-    return replace(node(i, "node0i", (ib(0),)), **kw)  # type: ignore[arg-type]
+    return node(i, "node0i", (ib(0),))._replace(**kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

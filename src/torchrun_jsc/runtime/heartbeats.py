@@ -10,7 +10,6 @@ false alarm, and a watcher that was itself paused sees every live counter moved 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional
 
 #: A counter at or above this value means "the job is stopping" (see :func:`is_stop_signal`).
@@ -28,14 +27,20 @@ def interval_for(timeout: float) -> float:
     return min(5.0, timeout / 4)
 
 
-@dataclass
 class Tracker:
     """The watcher's view: for every member, the last counter value and when it changed."""
 
-    timeout: float
-    _value: Dict[str, Optional[int]] = field(default_factory=dict)
-    _changed: Dict[str, float] = field(default_factory=dict)
-    _done: Dict[str, bool] = field(default_factory=dict)
+    def __init__(
+        self,
+        timeout: float,
+        _value: Optional[Dict[str, Optional[int]]] = None,
+        _changed: Optional[Dict[str, float]] = None,
+        _done: Optional[Dict[str, bool]] = None,
+    ) -> None:
+        self.timeout = timeout
+        self._value = {} if _value is None else _value
+        self._changed = {} if _changed is None else _changed
+        self._done = {} if _done is None else _done
 
     def members(self, keys: Iterable[str], now: float) -> None:
         """Watch exactly ``keys`` from now on (a new rendezvous round); members already watched

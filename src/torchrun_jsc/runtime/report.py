@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, NamedTuple, Optional, Sequence
 
 #: A worker failed (exit code or signal) on this node.
 FAILED = "failed"
@@ -25,8 +24,7 @@ LOST = "lost"
 STOPPED = "stopped"
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """One node's account of how its part of the job ended (JSON in the rendezvous store)."""
 
     kind: str
@@ -47,7 +45,7 @@ class Record:
 
     def to_json(self) -> str:
         """The record as one JSON object."""
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+        return json.dumps(self._asdict(), separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Optional[Record]:
@@ -58,7 +56,7 @@ class Record:
             return None
         if not isinstance(data, dict) or data.get("kind") not in (FAILED, LOST, STOPPED):
             return None
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known = {k: v for k, v in data.items() if k in cls._fields}
         try:
             return cls(**known)
         except TypeError:

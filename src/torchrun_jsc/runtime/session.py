@@ -32,8 +32,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from . import heartbeats, workers
 from .heartbeats import STOP_BASE, Tracker
@@ -62,8 +61,7 @@ TORCH_GRACE = 30.0
 STORE_TIMEOUT = 30.0
 
 
-@dataclass
-class Node:
+class Node(NamedTuple):
     """What the plan knows about this node (``store_host`` None: no rendezvous store to use,
     e.g. ``--standalone``: the failure report then covers this node only)."""
 
@@ -78,40 +76,66 @@ class Node:
     grace: Optional[float] = None
 
 
-@dataclass
 class Session:
     """The job watch of this agent process (one per process: :data:`SESSION`)."""
 
-    node: Optional[Node] = None
-    peer_timeout: float = 0.0
-    report: bool = False
-    store: Optional[JobStore] = None
-    agent: Any = None
-    me: str = ""
-    members: List[str] = field(default_factory=list)
-    group_rank: Optional[int] = None
-    tracker: Optional[Tracker] = None
-    #: "stop" or "restart" once asked; the monitor hook answers it.
-    request: Optional[str] = None
-    records: List[Record] = field(default_factory=list)
-    done: bool = False
-    stopping: bool = False
-    failed: bool = False
-    printed: bool = False
-    #: Set once the thread that prints the last line is done with it.
-    reported: threading.Event = field(default_factory=threading.Event)
-    #: Set when the process's normal end (``at_exit``) has begun.
-    exiting: bool = False
-    threads_started: bool = False
-    #: Set when the agent process ends: the job watch's threads stop their store traffic.
-    closing: threading.Event = field(default_factory=threading.Event)
-    threads: List[threading.Thread] = field(default_factory=list)
-    #: torch's monitor interval (seconds between two looks at the workers; 5 s before 2.4).
-    monitor_interval: float = 0.0
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    #: The store slot (``fail/<n>``) of this node's own record, once written.
-    own_slot: Optional[int] = None
-    own_lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(
+        self,
+        node: Optional[Node] = None,
+        peer_timeout: float = 0.0,
+        report: bool = False,
+        store: Optional[JobStore] = None,
+        agent: Any = None,
+        me: str = "",
+        members: Optional[List[str]] = None,
+        group_rank: Optional[int] = None,
+        tracker: Optional[Tracker] = None,
+        request: Optional[str] = None,
+        records: Optional[List[Record]] = None,
+        done: bool = False,
+        stopping: bool = False,
+        failed: bool = False,
+        printed: bool = False,
+        reported: Optional[threading.Event] = None,
+        exiting: bool = False,
+        threads_started: bool = False,
+        closing: Optional[threading.Event] = None,
+        threads: Optional[List[threading.Thread]] = None,
+        monitor_interval: float = 0.0,
+        lock: Optional[threading.RLock] = None,
+        own_slot: Optional[int] = None,
+        own_lock: Optional[threading.Lock] = None,
+    ) -> None:
+        self.node = node
+        self.peer_timeout = peer_timeout
+        self.report = report
+        self.store = store
+        self.agent = agent
+        self.me = me
+        self.members = [] if members is None else members
+        self.group_rank = group_rank
+        self.tracker = tracker
+        #: "stop" or "restart" once asked; the monitor hook answers it.
+        self.request = request
+        self.records = [] if records is None else records
+        self.done = done
+        self.stopping = stopping
+        self.failed = failed
+        self.printed = printed
+        #: Set once the thread that prints the last line is done with it.
+        self.reported = threading.Event() if reported is None else reported
+        #: Set when the process's normal end (``at_exit``) has begun.
+        self.exiting = exiting
+        self.threads_started = threads_started
+        #: Set when the agent process ends: the job watch's threads stop their store traffic.
+        self.closing = threading.Event() if closing is None else closing
+        self.threads = [] if threads is None else threads
+        #: torch's monitor interval (seconds between two looks at the workers; 5 s before 2.4).
+        self.monitor_interval = monitor_interval
+        self.lock = threading.RLock() if lock is None else lock
+        #: The store slot (``fail/<n>``) of this node's own record, once written.
+        self.own_slot = own_slot
+        self.own_lock = threading.Lock() if own_lock is None else own_lock
 
     # ------------------------------------------------------------------ configuration
 
