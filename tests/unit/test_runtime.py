@@ -481,6 +481,33 @@ def test_reading_the_records_gives_up_only_on_a_hanging_operation(
     assert len(session._read_records()) == found  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("lost, waits", [([], True), (["c"], False)])
+def test_the_store_host_waits_for_readers_but_not_for_a_lost_node(
+    monkeypatch: pytest.MonkeyPatch, lost: List[str], waits: bool
+) -> None:
+    """At a failure the node serving the store lingers until every member has read the records;
+    a node it declared lost never will, so it is not waited for (the job ended LINGER later)."""
+    from torchrun_jsc.runtime import session as module
+    from torchrun_jsc.runtime.session import Node, Session
+
+    monkeypatch.setattr(module, "LINGER", 1.0)
+    monkeypatch.setattr(module, "SETTLE", 0.0)
+    host = Session(node=Node(hostname="node0", node_rank=0, is_host=True), report=True)
+    texts = [rec(STOPPED, n, 1, ranks_ended=1).to_json() for n in ("node0", "node1", "node2")]
+
+    class Readers(_Store):
+        def add(self, name: str, amount: int) -> int:  # node1 has read too: two readers
+            return len(self.texts) if name == "fail/n" else 2
+
+    host.store = Readers(0.0, texts)  # type: ignore[assignment]
+    host.members = ["a", "b", "c"]
+    host.lost = lost
+    started = time.monotonic()
+    assert len(host._read_records()) == 3
+    took = time.monotonic() - started
+    assert (took >= 0.9) if waits else (took < 0.5), took
+
+
 def test_the_end_of_the_process_waits_for_store_calls_in_flight() -> None:
     import threading
     import time

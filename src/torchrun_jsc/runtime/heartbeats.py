@@ -30,17 +30,11 @@ def interval_for(timeout: float) -> float:
 class Tracker:
     """The watcher's view: for every member, the last counter value and when it changed."""
 
-    def __init__(
-        self,
-        timeout: float,
-        _value: Optional[Dict[str, Optional[int]]] = None,
-        _changed: Optional[Dict[str, float]] = None,
-        _done: Optional[Dict[str, bool]] = None,
-    ) -> None:
+    def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self._value = {} if _value is None else _value
-        self._changed = {} if _changed is None else _changed
-        self._done = {} if _done is None else _done
+        self._value: Dict[str, Optional[int]] = {}
+        self._changed: Dict[str, float] = {}
+        self._done: Dict[str, bool] = {}
 
     def members(self, keys: Iterable[str], now: float) -> None:
         """Watch exactly ``keys`` from now on (a new rendezvous round); members already watched

@@ -84,58 +84,40 @@ class Session:
         node: Optional[Node] = None,
         peer_timeout: float = 0.0,
         report: bool = False,
-        store: Optional[JobStore] = None,
-        agent: Any = None,
-        me: str = "",
-        members: Optional[List[str]] = None,
-        group_rank: Optional[int] = None,
-        tracker: Optional[Tracker] = None,
         request: Optional[str] = None,
-        records: Optional[List[Record]] = None,
-        done: bool = False,
-        stopping: bool = False,
-        failed: bool = False,
-        printed: bool = False,
-        reported: Optional[threading.Event] = None,
-        exiting: bool = False,
-        threads_started: bool = False,
-        closing: Optional[threading.Event] = None,
-        threads: Optional[List[threading.Thread]] = None,
-        monitor_interval: float = 0.0,
-        lock: Optional[threading.RLock] = None,
-        own_slot: Optional[int] = None,
-        own_lock: Optional[threading.Lock] = None,
     ) -> None:
         self.node = node
         self.peer_timeout = peer_timeout
         self.report = report
-        self.store = store
-        self.agent = agent
-        self.me = me
-        self.members = [] if members is None else members
-        self.group_rank = group_rank
-        self.tracker = tracker
+        self.store: Optional[JobStore] = None
+        self.agent: Any = None
+        self.me = ""
+        self.members: List[str] = []
+        #: Members this (watching) node declared lost: they will not read the records.
+        self.lost: List[str] = []
+        self.group_rank: Optional[int] = None
+        self.tracker: Optional[Tracker] = None
         #: "stop" or "restart" once asked; the monitor hook answers it.
         self.request = request
-        self.records = [] if records is None else records
-        self.done = done
-        self.stopping = stopping
-        self.failed = failed
-        self.printed = printed
+        self.records: List[Record] = []
+        self.done = False
+        self.stopping = False
+        self.failed = False
+        self.printed = False
         #: Set once the thread that prints the last line is done with it.
-        self.reported = threading.Event() if reported is None else reported
+        self.reported = threading.Event()
         #: Set when the process's normal end (``at_exit``) has begun.
-        self.exiting = exiting
-        self.threads_started = threads_started
+        self.exiting = False
+        self.threads_started = False
         #: Set when the agent process ends: the job watch's threads stop their store traffic.
-        self.closing = threading.Event() if closing is None else closing
-        self.threads = [] if threads is None else threads
+        self.closing = threading.Event()
+        self.threads: List[threading.Thread] = []
         #: torch's monitor interval (seconds between two looks at the workers; 5 s before 2.4).
-        self.monitor_interval = monitor_interval
-        self.lock = threading.RLock() if lock is None else lock
+        self.monitor_interval = 0.0
+        self.lock = threading.RLock()
         #: The store slot (``fail/<n>``) of this node's own record, once written.
-        self.own_slot = own_slot
-        self.own_lock = threading.Lock() if own_lock is None else own_lock
+        self.own_slot: Optional[int] = None
+        self.own_lock = threading.Lock()
 
     # ------------------------------------------------------------------ configuration
 
@@ -293,6 +275,8 @@ class Session:
             with self.lock:
                 self.request = "restart"
             return
+        with self.lock:
+            self.lost = list(lost)
         self._publish(record)
         self._stop_everyone(record)
         self._stop_node(f"{line}; stopping the job")
@@ -563,9 +547,10 @@ class Session:
             count = store.add("fail/n", 0)
         texts = store.get_many([f"fail/{n}" for n in range(1, count + 1)])
         store.add("fail/read", 1)
-        if self.watching:
+        if self.watching:  # a lost node reads nothing: not waited for
+            readers = max(wanted - len(set(self.lost) & set(self.members)), 1)
             linger = time.monotonic() + LINGER
-            while store.add("fail/read", 0) < wanted and time.monotonic() < linger:
+            while store.add("fail/read", 0) < readers and time.monotonic() < linger:
                 time.sleep(0.2)
         return collect(list(texts.values()))
 
