@@ -253,6 +253,19 @@ class Job:
                 found[i] = pids
         return found
 
+    def wait_gone(self, nodes: Sequence[int], limit: float) -> dict[int, list[str]]:
+        """Until no job process is left on ``nodes`` (at most ``limit`` s); what is left, as
+        command lines."""
+        import time
+
+        deadline = time.monotonic() + max(limit, 0.0)
+        while self.left_running(nodes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return {
+            i: [f"{pid}: {_command(pid)}" for pid in pids]
+            for i, pids in self.left_running(nodes).items()
+        }
+
     def stop(self) -> None:
         """Thaw, kill and reap everything this job started (the scenario's own cleanup)."""
         import signal as signals
@@ -270,6 +283,14 @@ class Job:
             code = self.procs[i].poll()
             parts.append(f"----- node{i} (rc={code}, last 60 lines)\n{tail(self.output(i), 60)}")
         return "\n".join(parts)
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return "?"
 
 
 def _running(pid: int) -> bool:
