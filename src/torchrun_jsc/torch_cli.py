@@ -73,7 +73,8 @@ class CommandLine:
         self.cli = cli or TorchCli()
         self.env = env
         self.parser = _parser_for(self.cli, env)
-        self._pet = {a.dest for a in self.parser._actions if _pet_name(a) in _set(env)}
+        pet = _set(env)  # once: os.environ decodes every variable on each pass
+        self._pet = {a.dest for a in self.parser._actions if _pet_name(a) in pet}
 
     def parse(self, argv: Sequence[str]) -> Union[Parsed, Stop]:
         """Parse ``argv`` as torchrun would; :class:`Stop` when torchrun would stop by itself."""
