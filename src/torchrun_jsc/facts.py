@@ -69,7 +69,11 @@ def gather(endpoint_host: Optional[str], resolve_timeout: float) -> NodeFacts:
     local: Tuple[str, ...] = ()
     if endpoint_host is not None:
         try:
-            addresses = tuple(network.resolve(endpoint_host, resolve_timeout))
+            addresses = tuple(
+                network.resolve(
+                    endpoint_host, resolve_timeout, retrying=lambda: _retrying(endpoint_host)
+                )
+            )
         except OSError as exc:
             error = exc.strerror or str(exc)
         routes = {a: network.route_source(a) for a in addresses}
@@ -90,6 +94,12 @@ def gather(endpoint_host: Optional[str], resolve_timeout: float) -> NodeFacts:
         open_files=_open_files(),
         seconds=time.monotonic() - started,
     )
+
+
+def _retrying(host: str) -> None:
+    from .log import logger
+
+    logger.info("torchrun_jsc: %s does not resolve yet; retrying", host)
 
 
 #: Process names of Slurm's per-step daemon (stock Slurm) and ParaStation's task forwarder

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from .errors import ConfigError
 
@@ -144,8 +144,14 @@ def format_host(address: str) -> str:
 # --------------------------------------------------------------------------- probes (I/O)
 
 
-def resolve(host: str, timeout: float, interval: float = 0.5) -> List[str]:
-    """The addresses ``host`` resolves to, in resolver order, retrying until ``timeout``.
+def resolve(
+    host: str,
+    timeout: float,
+    interval: float = 0.5,
+    retrying: Optional[Callable[[], None]] = None,
+) -> List[str]:
+    """The addresses ``host`` resolves to, in resolver order, retrying until ``timeout``
+    (``retrying`` is called once, at the first retry).
 
     Raises ``OSError`` (a ``socket.gaierror``) when it still does not resolve.
     """
@@ -158,6 +164,9 @@ def resolve(host: str, timeout: float, interval: float = 0.5) -> List[str]:
         except socket.gaierror:
             if time.monotonic() + interval > deadline:
                 raise
+            if retrying is not None:
+                retrying()
+                retrying = None
             time.sleep(interval)
             continue
         found: List[str] = []

@@ -134,3 +134,21 @@ def test_step_age_is_the_age_of_the_nearest_step_daemon(tmp_path: Path) -> None:
 @pytest.mark.skipif("SLURM_STEP_ID" in os.environ, reason="these tests run inside a Slurm step")
 def test_step_age_outside_slurm_is_none() -> None:
     assert facts.step_age() is None
+
+
+def test_resolve_says_once_that_it_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: List[object] = [socket.gaierror(-2, "no"), socket.gaierror(-2, "no")]
+
+    def getaddrinfo(host: str, *args: object, **kw: object) -> object:
+        if answers:
+            raise answers.pop(0)  # type: ignore[misc]
+        return [(V4, socket.SOCK_STREAM, 6, "", ("10.78.0.10", 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    told: List[str] = []
+    found = network.resolve("node0i", 5.0, interval=0.01, retrying=lambda: told.append("x"))
+    assert found == ["10.78.0.10"] and told == ["x"]
+    answers[:] = [socket.gaierror(-2, "no")] * 1000
+    with pytest.raises(socket.gaierror):
+        network.resolve("node0i", 0.05, interval=0.01, retrying=lambda: told.append("y"))
+    assert told == ["x", "y"]
