@@ -34,6 +34,7 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
 
     log.setup(env)
     style = _explain_style(env)
+    _import_torch()
     try:
         prepared = prepare(args, env)
     except (ConfigError, UnsupportedTorchError) as exc:
@@ -66,6 +67,22 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
     from torch.distributed import run
 
     run.main(list(plan.argv))
+
+
+def _import_torch() -> None:
+    """Import torch with SIGINT held until it is done: a Ctrl-C in the middle of torch's import
+    leaves half-initialised extension modules behind (a traceback, or death by the signal); held,
+    it becomes the one-line interruption at once after."""
+    import signal
+
+    held: List[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        import torch  # noqa: F401
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
 
 
 def _explain_style(env: Mapping[str, str]) -> Optional[str]:

@@ -275,6 +275,40 @@ def test_pet_flag_is_blamed_on_the_right_variable() -> None:
     )
 
 
+def test_ctrl_c_while_torch_imports_is_one_line_and_130() -> None:
+    """A SIGINT in the middle of torch's import used to be lost there at some moments (the
+    launcher went on for the whole resolve timeout) and at others to end in a traceback or in
+    death by the signal: sent at 50 ms steps through the first 0.8 s of the import, every one
+    must give the one line and 130."""
+    import signal
+    import time
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_"))}
+    full["TORCHRUN_JSC_RESOLVE_TIMEOUT"] = "20"
+    argv = [sys.executable, "-m", "torchrun_jsc", "--nnodes=2", "--rdzv_endpoint=n.invalid:1"]
+    for step in range(17):
+        proc = subprocess.Popen(
+            [*argv, "t.py"], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        maps = Path(f"/proc/{proc.pid}/maps")
+        deadline = time.monotonic() + 60
+        while "libtorch" not in maps.read_text():  # torch's import has begun
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
+        time.sleep(step * 0.05)
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise AssertionError(f"SIGINT {step * 50} ms into torch's import was lost") from None
+        assert proc.returncode == 130, (step, err)
+        assert err.strip().splitlines() == [
+            "torchrun_jsc: interrupted before the launch; nothing was started"
+        ], (step, err)
+
+
 def test_ctrl_c_while_resolving_is_one_line_and_130() -> None:
     import signal
 
