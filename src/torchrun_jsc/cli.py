@@ -72,9 +72,14 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
 def _import_torch() -> None:
     """Import torch with SIGINT held until it is done: a Ctrl-C in the middle of torch's import
     leaves half-initialised extension modules behind (a traceback, or death by the signal); held,
-    it becomes the one-line interruption at once after."""
+    it becomes the one-line interruption at once after. A SIGINT ignored on entry (``nohup``, a
+    shell's background job) stays ignored."""
     import signal
 
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        import torch
+
+        return
     held: List[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).parent
 WORKLOAD = str(HERE / "allreduce.py")
+_LAUNCH = [sys.executable, "-m", "torchrun_jsc"]
 
 
 def run(
@@ -275,6 +276,14 @@ def test_pet_flag_is_blamed_on_the_right_variable() -> None:
     )
 
 
+def _sigint_default() -> None:
+    """As at an interactive shell: a test session started in the background (``run-tests`` runs
+    two side by side) hands its children SIGINT ignored, which they would keep."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_while_torch_imports_is_one_line_and_130() -> None:
     """A SIGINT in the middle of torch's import used to be lost there at some moments (the
     launcher went on for the whole resolve timeout) and at others to end in a traceback or in
@@ -288,7 +297,12 @@ def test_ctrl_c_while_torch_imports_is_one_line_and_130() -> None:
     argv = [sys.executable, "-m", "torchrun_jsc", "--nnodes=2", "--rdzv_endpoint=n.invalid:1"]
     for step in range(17):
         proc = subprocess.Popen(
-            [*argv, "t.py"], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [*argv, "t.py"],
+            env=full,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_sigint_default,
         )
         maps = Path(f"/proc/{proc.pid}/maps")
         deadline = time.monotonic() + 60
@@ -329,6 +343,7 @@ def test_ctrl_c_while_resolving_is_one_line_and_130() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_sigint_default,
     )
     assert proc.stderr is not None
     first = proc.stderr.readline()  # torch imported, resolving (retried every 0.5 s for 60 s)
@@ -340,3 +355,27 @@ def test_ctrl_c_while_resolving_is_one_line_and_130() -> None:
     assert err.strip().splitlines() == [
         "torchrun_jsc: interrupted before the launch; nothing was started"
     ]
+
+
+def test_sigint_ignored_on_entry_stays_ignored() -> None:
+    """Started with SIGINT ignored (``nohup``, a background job), the launcher keeps ignoring it:
+    a SIGINT while it resolves changes nothing, it ends with the resolve timeout's error."""
+    import signal
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_"))}
+    full["TORCHRUN_JSC_RESOLVE_TIMEOUT"] = "3"
+    full["LOGLEVEL"] = "INFO"
+    proc = subprocess.Popen(
+        [*_LAUNCH, "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=n.invalid:1", "t.py"],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert proc.stderr is not None
+    assert proc.stderr.readline() == "torchrun_jsc: n.invalid does not resolve yet; retrying\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert "does not resolve on" in err.strip().splitlines()[-1], err
