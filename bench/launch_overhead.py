@@ -8,6 +8,7 @@ rounds. What torchrun_jsc adds is therefore also measured directly, piece by pie
    ``import torch.distributed.run`` (what plain torchrun imports too): importing torchrun_jsc,
    reading the request, gathering facts, planning and installing the patches (starting the
    orphan watcher included), until torch's ``run.main`` would be called. Median of fresh runs.
+   With ``--baseline DIR`` (another checkout's ``src``), that code's own part too, alternating.
 2. ``per_worker``: what the ``worker_start`` patch adds to starting one worker, torch's
    ``SubprocessHandler._popen`` patched vs not, alternating, in this process.
 3. ``paired``: the console scripts ``torchrun_jsc`` vs ``torchrun``, ``--standalone
@@ -34,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -121,20 +122,26 @@ def paired(rounds: int, script: Path, env: Dict[str, str]) -> Dict[str, float]:
     }
 
 
-def marginal(runs: int, script: Path, env: Dict[str, str]) -> Dict[str, float]:
-    argv = [sys.executable, "-c", MARGINAL_PROBE, "--standalone", "--nproc-per-node=1"]
-    times = []
-    for i in range(runs + 1):  # the first fills the bytecode cache
-        out = subprocess.run(
-            [*argv, str(script)], env=env, capture_output=True, text=True, check=True
-        )
-        if i:
-            times.append(float(out.stdout.strip().splitlines()[-1]))
-    return {
-        "marginal_runs": runs,
-        "marginal_median_ms": statistics.median(times),
-        "marginal_min_ms": min(times),
-    }
+def marginal(
+    runs: int, script: Path, env: Dict[str, str], baseline: Optional[Path] = None
+) -> Dict[str, float]:
+    """Median of fresh runs of the own part; with ``baseline`` (another checkout's ``src``),
+    alternating with runs of that code, for a before/after of the same machine and moment."""
+    argv = [sys.executable, "-c", MARGINAL_PROBE, "--standalone", "--nproc-per-node=1", str(script)]
+    variants = {"": env}
+    if baseline is not None:
+        variants["baseline_"] = {**env, "PYTHONPATH": str(baseline)}  # before the editable .pth
+    times: Dict[str, List[float]] = {name: [] for name in variants}
+    for i in range(runs + 1):  # the first fills the bytecode caches
+        for name, variant_env in variants.items():
+            out = subprocess.run(argv, env=variant_env, capture_output=True, text=True, check=True)
+            if i:
+                times[name].append(float(out.stdout.strip().splitlines()[-1]))
+    figures: Dict[str, float] = {"marginal_runs": runs}
+    for name, values in times.items():
+        figures[f"{name}marginal_median_ms"] = statistics.median(values)
+        figures[f"{name}marginal_min_ms"] = min(values)
+    return figures
 
 
 def per_worker(repeat: int) -> Dict[str, float]:
@@ -227,6 +234,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="paired launches")
     parser.add_argument("--marginal", type=int, default=30, help="fresh runs of the own part")
     parser.add_argument("--repeat", type=int, default=50, help="planning repetitions")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="the src folder of another checkout (git worktree add DIR COMMIT): its own part"
+        " measured alternately with this one's",
+    )
     parser.add_argument("--record", action="store_true", help="write into docs/benchmarks.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -234,7 +247,7 @@ def main() -> None:
         script.write_text("pass\n")
         env = clean_env(tmp)
         figures: Dict[str, float] = {**planning(args.repeat), **per_worker(args.repeat)}
-        figures.update(marginal(args.marginal, script, env))
+        figures.update(marginal(args.marginal, script, env, args.baseline))
         figures.update(paired(args.rounds, script, env))
     added_s = (figures["marginal_median_ms"] + figures["worker_start_added_ms"]) / 1000
     figures["estimated_ratio"] = 1 + added_s / figures["torchrun_median_s"]
