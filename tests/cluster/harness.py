@@ -701,6 +701,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         atexit.register(self.down)
         with contextlib.suppress(ValueError):  # only possible in the main thread
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # ignored on entry (a background job's SIGINT): stays ignored
                 self._prev_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _remove_guards(self) -> None:

@@ -224,6 +224,7 @@ def test_teardown_on_signal(sig: int) -> None:
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL),  # also in a background session
     )
     assert p.stdout is not None
     line = p.stdout.readline().split()
@@ -233,6 +234,33 @@ def test_teardown_on_signal(sig: int) -> None:
     _, err = p.communicate(timeout=60)
     assert p.returncode != 0
     c = Cluster(nodes=2, prefix=prefix, workdir=workdir)
+    assert not _leftovers(c, pids, before_tmp), err
+
+
+def test_ignored_sigint_leaves_the_cluster_up() -> None:
+    """A session started with SIGINT ignored (a shell's background job) keeps its clusters
+    through a SIGINT: they used to be torn down under the running tests, which went on."""
+    before_tmp = set(os.listdir(tempfile.gettempdir()))
+    prefix = free_prefix("trjs")
+    p = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, prefix],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert p.stdout is not None
+    line = p.stdout.readline().split()
+    assert line, p.communicate(timeout=30)
+    workdir, pids = Path(line[0]), [int(x) for x in line[1:]]
+    c = Cluster(nodes=2, prefix=prefix, workdir=workdir)
+    p.send_signal(signal.SIGINT)
+    time.sleep(2)
+    assert p.poll() is None and all(pid_alive(pid) for pid in pids)
+    p.send_signal(signal.SIGTERM)  # still guarded: torn down
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0
     assert not _leftovers(c, pids, before_tmp), err
 
 
