@@ -271,9 +271,10 @@ def test_late_rendezvous_host_is_waited_for(
         [command] * 4, node_envs, timeout=delay + 240, delays=[delay, 0, 0, 0]
     )
     assert_training_ok(jsc_cluster, results, world=4)
-    assert "waiting for the rendezvous host node0i:29500 since" in results[1].output, describe(
-        results
-    )
+    # which nodes outlast torch's own connect retries (and so say they wait) depends on timing:
+    # under load, node1's retry reached the host in time once while the others waited
+    waiting = "waiting for the rendezvous host node0i:29500 since"
+    assert any(waiting in r.output for r in results[1:]), describe(results)
 
 
 def test_late_rendezvous_host_control_fails_without_waiting(jsc_cluster: Cluster) -> None:
