@@ -71,14 +71,20 @@ def main() -> int:
         print(f"TRJSC_TRAINING host={socket.gethostname()} rank={rank}", flush=True)
         started = time.monotonic()
         fail_rank = os.environ.get("TRJSC_FAIL_RANK")
-        while time.monotonic() < started + train_for:
+        while True:
             if fail_rank == str(rank) and time.monotonic() > started + 1:
                 code = int(os.environ.get("TRJSC_FAIL_CODE", "3"))
                 print(
                     f"TRJSC_FAILING host={socket.gethostname()} rank={rank} code={code}", flush=True
                 )
                 os._exit(code)
-            dist.all_reduce(torch.ones(1))
+            # every rank goes on while any has time left: all run the same number of
+            # all_reduces (each deciding by its own clock, one could leave a step early and
+            # close its connections under the others' last all_reduce)
+            going = torch.tensor([float(time.monotonic() < started + train_for)])
+            dist.all_reduce(going, op=dist.ReduceOp.MAX)
+            if not going.item():
+                break
             time.sleep(0.05)
     dist.destroy_process_group()
     return 0 if got == expect else 1
