@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, List, Tuple
 
 import pytest
 
@@ -214,9 +215,10 @@ time.sleep(120)
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_teardown_on_signal(sig: int) -> None:
-    before_tmp = set(os.listdir(tempfile.gettempdir()))
+def _hold(sig: int, disposition: Any) -> Tuple[subprocess.Popen[str], Cluster, List[int]]:
+    """A process holding a 2-node cluster, started with ``sig`` at ``disposition`` (set
+    explicitly: a background session hands its children SIGINT ignored); its cluster and
+    daemon pids once it is up."""
     prefix = free_prefix("trjs")
     p = subprocess.Popen(
         [sys.executable, "-c", _HOLD, prefix],
@@ -224,16 +226,22 @@ def test_teardown_on_signal(sig: int) -> None:
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL),  # also in a background session
+        preexec_fn=lambda: signal.signal(sig, disposition),
     )
     assert p.stdout is not None
     line = p.stdout.readline().split()
     assert line, p.communicate(timeout=30)
     workdir, pids = Path(line[0]), [int(x) for x in line[1:]]
+    return p, Cluster(nodes=2, prefix=prefix, workdir=workdir), pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_teardown_on_signal(sig: int) -> None:
+    before_tmp = set(os.listdir(tempfile.gettempdir()))
+    p, c, pids = _hold(sig, signal.SIG_DFL)
     p.send_signal(sig)
     _, err = p.communicate(timeout=60)
     assert p.returncode != 0
-    c = Cluster(nodes=2, prefix=prefix, workdir=workdir)
     assert not _leftovers(c, pids, before_tmp), err
 
 
@@ -241,20 +249,7 @@ def test_ignored_sigint_leaves_the_cluster_up() -> None:
     """A session started with SIGINT ignored (a shell's background job) keeps its clusters
     through a SIGINT: they used to be torn down under the running tests, which went on."""
     before_tmp = set(os.listdir(tempfile.gettempdir()))
-    prefix = free_prefix("trjs")
-    p = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, prefix],
-        cwd=REPO,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
-    assert p.stdout is not None
-    line = p.stdout.readline().split()
-    assert line, p.communicate(timeout=30)
-    workdir, pids = Path(line[0]), [int(x) for x in line[1:]]
-    c = Cluster(nodes=2, prefix=prefix, workdir=workdir)
+    p, c, pids = _hold(signal.SIGINT, signal.SIG_IGN)
     p.send_signal(signal.SIGINT)
     time.sleep(2)
     assert p.poll() is None and all(pid_alive(pid) for pid in pids)
