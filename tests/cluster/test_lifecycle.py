@@ -164,6 +164,39 @@ def test_first_failure_is_named_by_every_agent(
         assert pattern.match(lines[-1]), f"node{i}: {lines[-1]!r}\n{job}"
 
 
+def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
+    jsc_cluster: Cluster, job_cleanup: List[Job]
+) -> None:
+    """Rank 1 trains to the end with the others and only then exits 3. Every other node's
+    workers succeeded; torch 2.1+ holds such nodes in its exit barrier for 300 s, waiting for
+    node1, which never comes. They end within the bound with 0, naming node1's failure last."""
+    job = Job(
+        jsc_cluster,
+        argv(jsc_cluster),
+        envs(
+            TRJSC_TRAIN_SECONDS="8",
+            TRJSC_FAIL_RANK="1",
+            TRJSC_FAIL_AT_END="1",
+            TORCHRUN_JSC_PEER_TIMEOUT=FAST_PEER_TIMEOUT,
+        ),
+    )
+    job_cleanup.append(job)
+    job.wait_for("TRJSC_FAILING", [1])
+    took = job.wait_exit([0, 1, 2, 3], BOUND + 30)
+    assert took < BOUND, f"took {took:.0f} s\n{job}"
+    codes = [job.procs[i].returncode for i in range(4)]
+    assert codes[1] not in (None, 0) and codes[0] == codes[2] == codes[3] == 0, f"{codes}\n{job}"
+    assert job.wait_gone([0, 1, 2, 3], BOUND - took) == {}, str(job)
+    pattern = re.compile(
+        r"^torchrun_jsc: first failure: node1 \(node rank 1\): rank 1 \(local rank 0\) exited "
+        r"with code 3 at \d\d:\d\d:\d\d\.\d{3} UTC$"
+    )
+    for i in (0, 1, 2, 3):
+        lines = [ln for ln in job.output(i).splitlines() if ln.strip()]
+        assert pattern.match(lines[-1]), f"node{i}: {lines[-1]!r}\n{job}"
+    print(f"late failure: every node ended {took:.0f} s after it")
+
+
 # --------------------------------------------------------------------------- signals
 
 

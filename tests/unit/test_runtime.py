@@ -10,13 +10,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import pytest
 
 from torchrun_jsc.runtime import heartbeats, orphans, report, workers
 from torchrun_jsc.runtime.heartbeats import Tracker
 from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
+
+if TYPE_CHECKING:
+    from torchrun_jsc.runtime.session import Session
 
 NOON = calendar.timegm((2026, 11, 30, 12, 0, 0))
 
@@ -153,6 +156,22 @@ def test_stop_signal_and_interval() -> None:
     assert heartbeats.is_stop_signal(heartbeats.STOP_BASE + 3)
     assert not heartbeats.is_stop_signal(12345)
     assert heartbeats.interval_for(60) == 5.0 and heartbeats.interval_for(10) == 2.5
+
+
+@pytest.mark.parametrize(
+    "stuck, silent, done, lost",
+    [
+        (0.0, 1.0, False, False),  # answering
+        (10.0, 10.0, False, True),  # an operation hangs for the timeout
+        (9.9, 9.9, False, False),
+        (0.0, 12.4, False, False),  # failing operations: the timeout and one interval (2.5 s)
+        (0.0, 12.5, False, True),
+        (10.0, 10.0, True, True),  # workers done: a hanging host is still lost
+        (0.0, 300.0, True, False),  # ... but one that refuses may simply have left first
+    ],
+)
+def test_host_lost(stuck: float, silent: float, done: bool, lost: bool) -> None:
+    assert heartbeats.host_lost(stuck, silent, 10.0, done) is lost
 
 
 # --------------------------------------------------------------------------- workers
@@ -565,3 +584,131 @@ def test_a_node_publishes_one_record(first: str, second: str, kept: str) -> None
         [rec(FAILED, "node2", -1, node_rank=2, rank=2, exitcode=3, ranks_ended=1), stored]
     )
     assert line is not None and line.endswith("; 1 rank stopped after it")
+
+
+class _HeartbeatStore(_SlotStore):
+    """Counters and keys as the job watch reads and writes them (``peek`` of missing keys)."""
+
+    def peek(self, name: str) -> Optional[str]:
+        value = self.values.get(name)
+        return None if value is None else str(value)
+
+    def first(self, name: str, value: str) -> str:
+        return str(self.values.setdefault(name, value))
+
+    def get_many(self, names: List[str]) -> dict:  # type: ignore[type-arg]
+        return {n: str(self.values[n]) for n in names if n in self.values}
+
+    def in_flight(self, now: Optional[float] = None) -> float:
+        return 0.0
+
+
+def _done_session(
+    monkeypatch: pytest.MonkeyPatch, is_host: bool = False
+) -> Tuple[Session, _HeartbeatStore, List[int]]:
+    """A node whose workers have finished, with a store, its last line and its end caught."""
+    from torchrun_jsc.runtime import session as module
+    from torchrun_jsc.runtime.session import Node, Session
+
+    monkeypatch.setattr(module, "SETTLE", 0.0)
+    monkeypatch.setattr(module, "LINGER", 0.0)
+    exits: List[int] = []
+    monkeypatch.setattr(module.os, "_exit", exits.append)
+    node = Node(hostname="node0", node_rank=0, is_host=is_host, endpoint="node0i:29500")
+    session = Session(node=node, peer_timeout=10.0, report=True)
+    store = _HeartbeatStore()
+    session.store = store  # type: ignore[assignment]
+    session.me, session.members = "a", ["a", "b", "c"]
+    return session, store, exits
+
+
+def _wait_for(exits: List[int]) -> None:
+    deadline = time.monotonic() + 5
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_node_whose_workers_finished_ends_with_0_when_another_fails(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, it ignored the stop and waited in torch's exit barrier (300 s), printing
+    nothing: the others' failure was never named on it."""
+    session, store, exits = _done_session(monkeypatch)
+    failure = rec(FAILED, "node1", 0, node_rank=1, rank=1, local_rank=0, exitcode=3, ranks_ended=1)
+    store.values["fail/n"], store.values["fail/1"] = 1, failure.to_json()
+    store.values["stop"] = failure.to_json()
+    session.done = True
+    session._told_to_stop()
+    _wait_for(exits)
+    assert exits == [0]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert lines[0].startswith("torchrun_jsc: node1 (node rank 1): rank 1 (local rank 0) exited")
+    assert lines[0].endswith("not waiting in torch's exit barrier")
+    assert lines[-1].startswith("torchrun_jsc: first failure: node1 (node rank 1): rank 1")
+    assert len(lines) == 2
+
+
+def test_a_stop_written_before_the_workers_finished_is_not_overwritten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The failing node told everyone to stop just before this node's workers succeeded:
+    marking itself done keeps the stop value (before, a set overwrote it, and the node waited
+    in the exit barrier)."""
+    from torchrun_jsc.runtime.session import DONE_BASE
+
+    session, store, exits = _done_session(monkeypatch)
+    store.values["hb/a"] = heartbeats.STOP_BASE
+    session._finished()
+    _wait_for(exits)
+    assert heartbeats.is_stop_signal(int(store.values["hb/a"])) and exits == [0]
+    calm, calm_store, calm_exits = _done_session(monkeypatch)
+    calm_store.values["hb/a"] = 41  # no stop: marked done, the node goes on to torch's barrier
+    calm._finished()
+    time.sleep(0.2)
+    assert int(calm_store.values["hb/a"]) == 41 + DONE_BASE and calm_exits == []
+
+
+def test_a_host_whose_workers_finished_still_names_a_lost_node(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The store host's workers are done; node1 stops beating: it is declared lost, everyone is
+    told, and the host ends with 0 (its own workers succeeded) instead of waiting 300 s."""
+    session, store, exits = _done_session(monkeypatch, is_host=True)
+    session.done = True
+    from torchrun_jsc.runtime.session import DONE_BASE
+
+    earlier = time.monotonic() - 100.0
+    tracker = Tracker(10.0)
+    tracker.members(["a", "b", "c"], earlier)
+    tracker.observe({"a": 5, "b": 5, "c": 5}, earlier)
+    session.tracker = tracker
+    # a (this node) beats on; b has been quiet for 100 s; c's workers are done (not lost)
+    store.values.update({"hb/a": 6, "hb/b": 5, "hb/c": DONE_BASE + 5})
+    session._scan(["a", "b", "c"])
+    _wait_for(exits)
+    assert exits == [0]
+    assert store.values["hb/b"] == str(heartbeats.STOP_BASE)
+    assert store.values["hb/c"] == str(heartbeats.STOP_BASE)
+    stop = Record.from_json(store.values["stop"])
+    assert stop is not None and stop.kind == LOST
+    err = capsys.readouterr().err
+    assert "has not been heard from for" in err and "not waiting in torch's exit barrier" in err
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_a_finished_node_looks_for_a_failure_at_its_end(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stopped: bool
+) -> None:
+    """torch < 2.1 lets the barrier pass once the failed node reaches it too, often before this
+    node's next heartbeat: its end looks at the stop key once, so it names the failure too."""
+    session, store, exits = _done_session(monkeypatch)
+    failure = rec(FAILED, "node1", 0, node_rank=1, rank=1, local_rank=0, exitcode=3, ranks_ended=1)
+    store.values["fail/n"], store.values["fail/1"] = 1, failure.to_json()
+    if stopped:
+        store.values["stop"] = failure.to_json()
+    session.done = True
+    session.at_exit()
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    expected = ["first failure: node1 (node rank 1): rank 1"] if stopped else []
+    assert [ln[len("torchrun_jsc: ") :][:42] for ln in lines] == expected
+    assert exits == []

@@ -27,6 +27,16 @@ def interval_for(timeout: float) -> float:
     return min(5.0, timeout / 4)
 
 
+def host_lost(stuck: float, silent: float, timeout: float, done: bool) -> bool:
+    """Whether a node has lost the rendezvous host: its store operation in flight has hung for
+    the peer timeout, or (while its workers run) no operation has succeeded for the timeout and
+    one heartbeat interval. Once its workers are done, failing operations are no loss: after a
+    good end the host may have left first."""
+    if stuck >= timeout:
+        return True
+    return not done and silent >= timeout + interval_for(timeout)
+
+
 class Tracker:
     """The watcher's view: for every member, the last counter value and when it changed."""
 

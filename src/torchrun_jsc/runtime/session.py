@@ -19,6 +19,11 @@ workers; where torch can go on without the node (``--nnodes=MIN:MAX`` with resta
 watcher restarts its own workers instead and torch re-forms the job without it. A node whose
 heartbeat operation hangs or fails for the peer timeout has lost the rendezvous host and stops.
 
+A node whose workers had all finished when the job fails elsewhere (another node's worker
+failed, a node was lost, the rendezvous host hangs) would wait in torch's exit barrier for the
+barrier's timeout (300 s; torch 2.1+ sends failed nodes past it). It prints the first failure
+instead and ends with 0, the code torch gives it once the barrier times out.
+
 Stopping never waits for torch's main thread (it may be blocked in a store operation that never
 returns): this module stops the workers itself (SIGTERM, the grace, SIGKILL) and, if the agent
 has not ended a few seconds later, prints the last line and ends the process.
@@ -103,6 +108,8 @@ class Session:
         self.done = False
         self.stopping = False
         self.failed = False
+        #: The job failed elsewhere after this node's workers had finished.
+        self.job_failed = False
         self.printed = False
         #: Set once the thread that prints the last line is done with it.
         self.reported = threading.Event()
@@ -232,7 +239,7 @@ class Session:
             except Exception:  # a store that went away: the watchdog decides
                 self.closing.wait(interval)
                 continue
-            if heartbeats.is_stop_signal(value) and not self.done and not self.closing.is_set():
+            if heartbeats.is_stop_signal(value) and not (self.stopping or self.closing.is_set()):
                 self._told_to_stop()
             self.closing.wait(interval)
 
@@ -248,7 +255,7 @@ class Session:
             if number is not None and DONE_BASE <= number < STOP_BASE:
                 self.tracker.finished(key)
         lost = [k for k in self.tracker.observe(readings, now) if k != self.me]
-        if lost and not self.stopping and not self.done:
+        if lost and not self.stopping:
             self._lost(lost, now)
 
     def _lost(self, lost: List[str], now: float) -> None:
@@ -269,6 +276,13 @@ class Session:
             f"{self.peer_timeout:g}){others}"
         )
         agent = self.agent
+        if self.done:
+            with self.lock:
+                self.lost = list(lost)
+            self._publish(record)
+            self._stop_everyone(record)
+            self._leave(line)
+            return
         if self.node.elastic and agent is not None and agent._remaining_restarts > 0:
             _say(f"{line[len('torchrun_jsc: ') :]}; restarting the workers without it")
             self.tracker.members([k for k in self.members if k not in lost], now)
@@ -320,17 +334,19 @@ class Session:
         assert store is not None
         cause = Record.from_json(bounded(lambda: store.peek("stop"), STORE_WAIT) or "")
         why = _describe_cause(cause)
-        self._stop_node(f"torchrun_jsc: {why}; stopping this node's workers")
+        if self.done:
+            self._leave(f"torchrun_jsc: {why}")
+        else:
+            self._stop_node(f"torchrun_jsc: {why}; stopping this node's workers")
 
     def _watchdog(self) -> None:
         assert self.store is not None and self.node is not None
         timeout = self.peer_timeout
-        interval = heartbeats.interval_for(timeout)
         while not self.closing.wait(1.0):
             now = time.monotonic()
             stuck = self.store.in_flight(now)
             silent = now - self.store.last_ok
-            if self.done or self.stopping or (stuck < timeout and silent < timeout + interval):
+            if self.stopping or not heartbeats.host_lost(stuck, silent, timeout, self.done):
                 continue
             node = self.node
             record = Record(
@@ -341,11 +357,14 @@ class Session:
                 what=f"the rendezvous host {node.endpoint}",
             )
             self.records.append(record)
-            self._stop_node(
+            line = (
                 f"torchrun_jsc: the rendezvous host {node.endpoint} has not answered for"
-                f" {silent:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT={timeout:g}); stopping this node's"
-                " workers"
+                f" {silent:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT={timeout:g})"
             )
+            if self.done:
+                self._leave(line)
+            else:
+                self._stop_node(f"{line}; stopping this node's workers")
             return
 
     # ------------------------------------------------------------------ stopping
@@ -362,6 +381,27 @@ class Session:
             agent._remaining_restarts = 0
         _say_line(line)
         threading.Thread(target=self._end_workers, daemon=True, name="trjsc-stop").start()
+
+    def _leave(self, line: str) -> None:
+        """The job failed after this node's workers had all finished: say why, print the first
+        failure and end the agent with 0 instead of waiting in torch's exit barrier."""
+        with self.lock:
+            if self.stopping or self.exiting:
+                return
+            self.stopping = True
+            self.job_failed = True
+        _say_line(
+            f"{line}; this node's workers had finished: ending now, not waiting in torch's exit"
+            " barrier"
+        )
+        threading.Thread(target=self._end_finished, daemon=True, name="trjsc-leave").start()
+
+    def _end_finished(self) -> None:
+        self._print_report()
+        if not self.exiting:  # torch's main thread is still in its exit barrier
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+            os._exit(0)
 
     def _end_workers(self) -> None:
         self._stop_workers()
@@ -478,8 +518,12 @@ class Session:
                 return
             self.done = True
         store = self.store
-        if store is not None and self.me and self.peer_timeout > 0:
-            bounded(lambda: store.set(f"hb/{self.me}", str(DONE_BASE)), STORE_WAIT)
+        if store is None or not self.me or self.peer_timeout <= 0:
+            return
+        # An add, not a set: a stop value written before stays one (and is seen here).
+        value = bounded(lambda: store.add(f"hb/{self.me}", DONE_BASE), STORE_WAIT)
+        if isinstance(value, int) and heartbeats.is_stop_signal(value):
+            threading.Thread(target=self._told_to_stop, daemon=True, name="trjsc-stop").start()
 
     # ------------------------------------------------------------------ the last line
 
@@ -489,9 +533,22 @@ class Session:
         while the process tears down torch's objects can abort it)."""
         self.exiting = True
         try:
+            self._learn_job_end()
             self._print_report()
         finally:
             self._quiesce()
+
+    def _learn_job_end(self) -> None:
+        """A node whose workers finished may pass torch's exit barrier before its heartbeat
+        learns that another node's worker failed (torch < 2.1 sends failed nodes into the
+        barrier too): one look at the stop key, so that its last line names the failure."""
+        store = self.store
+        if not self.done or self.failed or self.job_failed or not self.report:
+            return
+        if store is None or self.peer_timeout <= 0 or not self.me:
+            return
+        if bounded(lambda: store.peek("stop"), HANG):
+            self.job_failed = True
 
     def _quiesce(self) -> None:
         self.closing.set()
@@ -510,7 +567,7 @@ class Session:
         with self.lock:
             if self.printed:
                 mine = False
-            elif not self.failed or not self.report:
+            elif not (self.failed or self.job_failed) or not self.report:
                 return
             else:
                 self.printed = mine = True
