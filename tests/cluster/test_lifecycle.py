@@ -167,8 +167,8 @@ def test_first_failure_is_named_by_every_agent(
 def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
-    """Rank 1 trains to the end with the others and only then exits 3. Every other node's
-    workers succeeded; torch 2.1+ holds such nodes in its exit barrier for 300 s, waiting for
+    """Rank 1 trains to the end with the others and exits 3 once they have ended. Every other
+    node's workers succeeded; torch 2.1+ holds such nodes in its exit barrier for 300 s, waiting for
     node1, which never comes. They end within the bound with 0, naming node1's failure last."""
     job = Job(
         jsc_cluster,
@@ -176,7 +176,7 @@ def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
         envs(
             TRJSC_TRAIN_SECONDS="8",
             TRJSC_FAIL_RANK="1",
-            TRJSC_FAIL_AT_END="1",
+            TRJSC_FAIL_AT_END="3",
             TORCHRUN_JSC_PEER_TIMEOUT=FAST_PEER_TIMEOUT,
         ),
     )

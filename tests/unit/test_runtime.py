@@ -712,3 +712,35 @@ def test_a_finished_node_looks_for_a_failure_at_its_end(
     expected = ["first failure: node1 (node rank 1): rank 1"] if stopped else []
     assert [ln[len("torchrun_jsc: ") :][:42] for ln in lines] == expected
     assert exits == []
+
+
+def test_a_stop_that_finds_the_workers_succeeded_keeps_the_success(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stop arrived after every worker had exited 0 but before torch's monitor looked (5 s
+    apart before torch 2.4): the node succeeded and ends with 0 (before: a FAILED result and
+    exit 1, as if its workers had been stopped)."""
+    from types import SimpleNamespace
+
+    from torch.distributed.elastic.agent.server.api import WorkerState
+
+    from torchrun_jsc.runtime import session as module
+    from torchrun_jsc.runtime.session import Node, Session
+
+    workers.forget()
+    session = Session(node=Node(hostname="node3", node_rank=3), report=True)
+    session.stopping = session.failed = True  # what _stop_node sets (without its thread)
+    session.request = "stop"
+    agent = SimpleNamespace(_remaining_restarts=0)
+    worker = SimpleNamespace(local_rank=0, global_rank=3, id=None)
+    group = SimpleNamespace(workers=[worker], spec=SimpleNamespace(monitor_interval=5.0))
+    succeeded = SimpleNamespace(state=WorkerState.SUCCEEDED, failures={})
+    assert session.around_monitor(agent, group, lambda a, g: succeeded) is succeeded
+    assert session.done and session.records == []
+    exits: List[int] = []
+    monkeypatch.setattr(module, "EXIT_GRACE", 0.0)
+    monkeypatch.setattr(module.workers, "stop_all", lambda grace: 0)
+    monkeypatch.setattr(module.os, "_exit", exits.append)
+    monkeypatch.setattr(session, "_read_records", lambda: [])
+    session._end_workers()
+    assert exits == [0]

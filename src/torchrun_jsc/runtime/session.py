@@ -207,6 +207,12 @@ class Session:
             if result.state == WorkerState.FAILED:
                 self._final_failure(worker_group, result)
                 return result
+            if result.state == WorkerState.SUCCEEDED:
+                # Every worker had ended well before the stop (torch's monitor had not looked
+                # yet): this node succeeded, and ends with 0.
+                with self.lock:
+                    self.done = True
+                return result
             return _stopped_result(worker_group)
         if asked is not None:
             return _stopped_result(worker_group)
@@ -410,7 +416,7 @@ class Session:
         # operation), or let the thread that is printing it finish.
         self._print_report()
         if not self.exiting:
-            os._exit(1)
+            os._exit(0 if self.done else 1)
 
     def _stop_workers(self) -> None:
         """Stop this node's workers and publish that (a STOPPED record) unless they had all

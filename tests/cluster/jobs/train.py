@@ -8,8 +8,8 @@ Env knobs:
                          (prints one TRJSC_TRAINING line first; for kill scenarios)
   TRJSC_FAIL_RANK        this global rank exits with TRJSC_FAIL_CODE (default 3) one second
                          into training (for the first-failure report)
-  TRJSC_FAIL_AT_END      1: TRJSC_FAIL_RANK trains to the end with the others, then exits with
-                         its code (every other rank succeeds)
+  TRJSC_FAIL_AT_END      N: TRJSC_FAIL_RANK trains to the end with the others, then, N seconds
+                         later (when the others have ended), exits with its code
   TRJSC_SIGNALS          1: print one TRJSC_SIGNAL line per SIGUSR1/SIGUSR2 received, and go on
 Exit status is non-zero when the all_reduce result is wrong.
 """
@@ -73,7 +73,7 @@ def main() -> int:
         print(f"TRJSC_TRAINING host={socket.gethostname()} rank={rank}", flush=True)
         started = time.monotonic()
         fail_rank = os.environ.get("TRJSC_FAIL_RANK")
-        at_end = os.environ.get("TRJSC_FAIL_AT_END") == "1"
+        at_end = os.environ.get("TRJSC_FAIL_AT_END")
         while True:
             if fail_rank == str(rank) and not at_end and time.monotonic() > started + 1:
                 code = int(os.environ.get("TRJSC_FAIL_CODE", "3"))
@@ -90,9 +90,7 @@ def main() -> int:
                 break
             time.sleep(0.05)
     dist.destroy_process_group()
-    if os.environ.get("TRJSC_FAIL_AT_END") == "1" and os.environ.get("TRJSC_FAIL_RANK") == str(
-        rank
-    ):
+    if os.environ.get("TRJSC_FAIL_AT_END") and os.environ.get("TRJSC_FAIL_RANK") == str(rank):
         code = int(os.environ.get("TRJSC_FAIL_CODE", "3"))
         print(f"TRJSC_FAILING host={socket.gethostname()} rank={rank} code={code}", flush=True)
         return code
