@@ -107,9 +107,9 @@ class Session:
         self.records: List[Record] = []
         self.done = False
         self.stopping = False
+        #: The job failed (here, or elsewhere after this node's workers had finished): the
+        #: last line names its first failure.
         self.failed = False
-        #: The job failed elsewhere after this node's workers had finished.
-        self.job_failed = False
         self.printed = False
         #: Set once the thread that prints the last line is done with it.
         self.reported = threading.Event()
@@ -282,14 +282,8 @@ class Session:
             f"{self.peer_timeout:g}){others}"
         )
         agent = self.agent
-        if self.done:
-            with self.lock:
-                self.lost = list(lost)
-            self._publish(record)
-            self._stop_everyone(record)
-            self._leave(line)
-            return
-        if self.node.elastic and agent is not None and agent._remaining_restarts > 0:
+        restarts = agent is not None and agent._remaining_restarts > 0
+        if self.node.elastic and restarts and not self.done:
             _say(f"{line[len('torchrun_jsc: ') :]}; restarting the workers without it")
             self.tracker.members([k for k in self.members if k not in lost], now)
             with self.lock:
@@ -299,7 +293,7 @@ class Session:
             self.lost = list(lost)
         self._publish(record)
         self._stop_everyone(record)
-        self._stop_node(f"{line}; stopping the job")
+        self._end_job(line, "stopping the job")
 
     def _who(self, key: str) -> Dict[str, Any]:
         assert self.store is not None
@@ -340,10 +334,7 @@ class Session:
         assert store is not None
         cause = Record.from_json(bounded(lambda: store.peek("stop"), STORE_WAIT) or "")
         why = _describe_cause(cause)
-        if self.done:
-            self._leave(f"torchrun_jsc: {why}")
-        else:
-            self._stop_node(f"torchrun_jsc: {why}; stopping this node's workers")
+        self._end_job(f"torchrun_jsc: {why}", "stopping this node's workers")
 
     def _watchdog(self) -> None:
         assert self.store is not None and self.node is not None
@@ -367,13 +358,18 @@ class Session:
                 f"torchrun_jsc: the rendezvous host {node.endpoint} has not answered for"
                 f" {silent:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT={timeout:g})"
             )
-            if self.done:
-                self._leave(line)
-            else:
-                self._stop_node(f"{line}; stopping this node's workers")
+            self._end_job(line, "stopping this node's workers")
             return
 
     # ------------------------------------------------------------------ stopping
+
+    def _end_job(self, line: str, action: str) -> None:
+        """The job ends (``line`` says why): stop this node's workers (``action`` says so), or,
+        when they had all finished, leave torch's exit barrier."""
+        if self.done:
+            self._leave(line)
+        else:
+            self._stop_node(f"{line}; {action}")
 
     def _stop_node(self, line: str) -> None:
         with self.lock:
@@ -395,7 +391,7 @@ class Session:
             if self.stopping or self.exiting:
                 return
             self.stopping = True
-            self.job_failed = True
+            self.failed = True
         _say_line(
             f"{line}; this node's workers had finished: ending now, not waiting in torch's exit"
             " barrier"
@@ -549,12 +545,12 @@ class Session:
         learns that another node's worker failed (torch < 2.1 sends failed nodes into the
         barrier too): one look at the stop key, so that its last line names the failure."""
         store = self.store
-        if not self.done or self.failed or self.job_failed or not self.report:
+        if not self.done or self.failed or not self.report:
             return
         if store is None or self.peer_timeout <= 0 or not self.me:
             return
         if bounded(lambda: store.peek("stop"), HANG):
-            self.job_failed = True
+            self.failed = True
 
     def _quiesce(self) -> None:
         self.closing.set()
@@ -573,7 +569,7 @@ class Session:
         with self.lock:
             if self.printed:
                 mine = False
-            elif not (self.failed or self.job_failed) or not self.report:
+            elif not self.failed or not self.report:
                 return
             else:
                 self.printed = mine = True
