@@ -148,6 +148,13 @@ def test_killed_agent_leaves_no_workers_and_the_job_stops(
 # --------------------------------------------------------------------------- first failure
 
 
+def assert_last_line(job: Job, pattern: re.Pattern[str]) -> None:
+    """Every node's last non-empty output line matches ``pattern``."""
+    for i in (0, 1, 2, 3):
+        lines = [ln for ln in job.output(i).splitlines() if ln.strip()]
+        assert pattern.match(lines[-1]), f"node{i}: {lines[-1]!r}\n{job}"
+
+
 def test_first_failure_is_named_by_every_agent(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -159,16 +166,14 @@ def test_first_failure_is_named_by_every_agent(
         r"^torchrun_jsc: first failure: node2 \(node rank 2\): rank 2 \(local rank 0\) exited "
         r"with code 3 at \d\d:\d\d:\d\d\.\d{3} UTC; 3 ranks stopped after it$"
     )
-    for i in (0, 1, 2, 3):
-        lines = [ln for ln in job.output(i).splitlines() if ln.strip()]
-        assert pattern.match(lines[-1]), f"node{i}: {lines[-1]!r}\n{job}"
+    assert_last_line(job, pattern)
 
 
 def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
-    """Rank 1 trains to the end with the others and exits 3 once they have ended. Every other
-    node's workers succeeded; torch 2.1+ holds such nodes in its exit barrier for 300 s, waiting for
+    """Rank 1 trains to the end with the others and then exits 3. Every other node's workers
+    succeed; torch 2.1+ holds such nodes in its exit barrier for 300 s, waiting for
     node1, which never comes. They end within the bound with 0, naming node1's failure last."""
     job = Job(
         jsc_cluster,
@@ -176,7 +181,7 @@ def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
         envs(
             TRJSC_TRAIN_SECONDS="8",
             TRJSC_FAIL_RANK="1",
-            TRJSC_FAIL_AT_END="3",
+            TRJSC_FAIL_AT_END="1",
             TORCHRUN_JSC_PEER_TIMEOUT=FAST_PEER_TIMEOUT,
         ),
     )
@@ -191,9 +196,7 @@ def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
         r"^torchrun_jsc: first failure: node1 \(node rank 1\): rank 1 \(local rank 0\) exited "
         r"with code 3 at \d\d:\d\d:\d\d\.\d{3} UTC$"
     )
-    for i in (0, 1, 2, 3):
-        lines = [ln for ln in job.output(i).splitlines() if ln.strip()]
-        assert pattern.match(lines[-1]), f"node{i}: {lines[-1]!r}\n{job}"
+    assert_last_line(job, pattern)
     print(f"late failure: every node ended {took:.0f} s after it")
 
 

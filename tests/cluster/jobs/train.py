@@ -8,8 +8,8 @@ Env knobs:
                          (prints one TRJSC_TRAINING line first; for kill scenarios)
   TRJSC_FAIL_RANK        this global rank exits with TRJSC_FAIL_CODE (default 3) one second
                          into training (for the first-failure report)
-  TRJSC_FAIL_AT_END      N: TRJSC_FAIL_RANK trains to the end with the others, then, N seconds
-                         later (when the others have ended), exits with its code
+  TRJSC_FAIL_AT_END      1: TRJSC_FAIL_RANK trains to the end with the others, then exits with
+                         its code (every other rank succeeds)
   TRJSC_SIGNALS          1: print one TRJSC_SIGNAL line per SIGUSR1/SIGUSR2 received, and go on
 Exit status is non-zero when the all_reduce result is wrong.
 """
@@ -29,6 +29,13 @@ def _note_signal(signum: int, frame: object) -> None:
         f"TRJSC_SIGNAL host={socket.gethostname()} rank={os.environ.get('RANK')} "
         f"signal={name} pid={os.getpid()}\n".encode(),
     )
+
+
+def _failing(rank: int) -> int:
+    """Say that this rank fails now; its exit code (TRJSC_FAIL_CODE, default 3)."""
+    code = int(os.environ.get("TRJSC_FAIL_CODE", "3"))
+    print(f"TRJSC_FAILING host={socket.gethostname()} rank={rank} code={code}", flush=True)
+    return code
 
 
 def main() -> int:
@@ -76,11 +83,7 @@ def main() -> int:
         at_end = os.environ.get("TRJSC_FAIL_AT_END")
         while True:
             if fail_rank == str(rank) and not at_end and time.monotonic() > started + 1:
-                code = int(os.environ.get("TRJSC_FAIL_CODE", "3"))
-                print(
-                    f"TRJSC_FAILING host={socket.gethostname()} rank={rank} code={code}", flush=True
-                )
-                os._exit(code)
+                os._exit(_failing(rank))
             # every rank goes on while any has time left: all run the same number of
             # all_reduces (each deciding by its own clock, one could leave a step early and
             # close its connections under the others' last all_reduce)
@@ -91,9 +94,7 @@ def main() -> int:
             time.sleep(0.05)
     dist.destroy_process_group()
     if os.environ.get("TRJSC_FAIL_AT_END") and os.environ.get("TRJSC_FAIL_RANK") == str(rank):
-        code = int(os.environ.get("TRJSC_FAIL_CODE", "3"))
-        print(f"TRJSC_FAILING host={socket.gethostname()} rank={rank} code={code}", flush=True)
-        return code
+        return _failing(rank)
     return 0 if got == expect else 1
 
 
