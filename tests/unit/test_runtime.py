@@ -367,6 +367,41 @@ def test_a_stop_after_the_workers_ended_by_themselves_keeps_their_failure() -> N
     ]
 
 
+@pytest.mark.parametrize("noted_late", [True, False], ids=["noted-late", "never-noted"])
+def test_a_worker_torch_stopped_after_the_first_failure_does_not_become_it(
+    monkeypatch: pytest.MonkeyPatch, noted_late: bool
+) -> None:
+    """Rank 1 died (its exit noted at 12:00:00.5); torch then stopped rank 0, whose watch thread
+    had not run yet when the report was made (a loaded node). torch stamps both 12:00:00 (whole
+    seconds): rank 0 must not come first by that truncated stamp."""
+    import threading
+    from types import SimpleNamespace
+
+    from torchrun_jsc.runtime import session as session_module
+    from torchrun_jsc.runtime.session import Node, Session
+
+    workers.forget()
+    monkeypatch.setattr(session_module, "EXIT_NOTE_WAIT", 0.5)
+    for pid in (4301, 4300):
+        workers._procs[pid] = SimpleNamespace(pid=pid, returncode=None)
+    workers._exits[4301] = NOON + 0.5
+    if noted_late:
+
+        def note() -> None:
+            with workers._lock:
+                workers._exits[4300] = NOON + 0.58
+
+        threading.Timer(0.1, note).start()
+    stopped, died = _Failure(4300, -signal.SIGTERM), _Failure(4301, -signal.SIGKILL)
+    died.local_rank = 1
+    session = Session(node=Node(hostname="node0", node_rank=0), report=True)
+    session._final_failure(_Group(), _Result({0: stopped, 1: died}))
+    workers.forget()
+    [record] = session.records
+    assert (record.rank, record.local_rank, record.exitcode) == (1, 1, -signal.SIGKILL)
+    assert record.time == NOON + 0.5
+
+
 def test_the_end_of_the_process_stops_the_watch_threads() -> None:
     import threading
 

@@ -60,6 +60,9 @@ QUIESCE_WAIT = 2.0
 #: At the end, a store operation of this agent's running longer than this is taken as hanging
 #: (the host is gone): the last line is then made from this node's own records.
 HANG = 2.0
+#: How long a failure report waits for a worker's exit to be noted (its watch thread may not
+#: have run since, on a loaded node): the order of a node's failures rests on it.
+EXIT_NOTE_WAIT = 2.0
 #: Default grace between SIGTERM and SIGKILL (torch's own).
 TORCH_GRACE = 30.0
 #: The operation timeout of torchrun_jsc's own store connection when peers are not watched.
@@ -455,9 +458,18 @@ class Session:
                 ranks_ended=ended,
             )
 
+        ended_at = workers.exit_times([f.pid for f in mine.values()], EXIT_NOTE_WAIT)
+        now = time.time()
+
         def when(item: Any) -> float:
+            # torch's own timestamp is whole seconds: the exit came before the next one (and
+            # before now), never at its truncated start, which would put it ahead of exits
+            # noted to the millisecond.
             failure = item[1]
-            return workers.exit_time(failure.pid) or float(getattr(failure, "timestamp", 0))
+            if failure.pid in ended_at:
+                return ended_at[failure.pid]
+            stamp = getattr(failure, "timestamp", None)
+            return now if stamp is None else min(now, float(stamp) + 1)
 
         rank, failure = min(mine.items(), key=when)
         data = getattr(failure, "error_file_data", None)
@@ -468,7 +480,7 @@ class Session:
             kind=FAILED,
             hostname=node.hostname,
             node_rank=node.node_rank,
-            time=when((rank, failure)) or time.time(),
+            time=when((rank, failure)),
             rank=int(rank),
             local_rank=failure.local_rank,
             exitcode=failure.exitcode,

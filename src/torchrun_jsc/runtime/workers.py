@@ -48,10 +48,18 @@ def live() -> List[Any]:
         return [p for p in _procs.values() if p.returncode is None and p.pid not in _exits]
 
 
-def exit_time(pid: int) -> Optional[float]:
-    """When worker ``pid`` ended (wall clock), if it did."""
-    with _lock:
-        return _exits.get(pid)
+def exit_times(pids: List[int], wait: float) -> Dict[int, float]:
+    """When each of ``pids`` (ended workers) ended, as far as known. A registered worker's watcher
+    may not have run since its exit (a loaded node, an agent slowed by memory pressure): this
+    waits up to ``wait`` seconds for those."""
+    deadline = time.monotonic() + wait
+    while True:
+        with _lock:
+            known = {pid: _exits[pid] for pid in pids if pid in _exits}
+            pending = any(pid in _procs and pid not in _exits for pid in pids)
+        if not pending or time.monotonic() >= deadline:
+            return known
+        time.sleep(0.01)
 
 
 def stopped_by_us(pid: int) -> bool:
