@@ -172,16 +172,17 @@ def test_first_failure_is_named_by_every_agent(
 def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
-    """Rank 1 trains to the end with the others and then exits 3. Every other node's workers
-    succeed; torch 2.1+ holds such nodes in its exit barrier for 300 s, waiting for
-    node1, which never comes. They end within the bound with 0, naming node1's failure last."""
+    """Rank 1 trains to the end with the others and exits 3 three seconds later, when every
+    other node's workers have succeeded; torch 2.1+ holds such nodes in its exit barrier for
+    300 s, waiting for node1, which never comes. They end within the bound with 0, naming
+    node1's failure last."""
     job = Job(
         jsc_cluster,
         argv(jsc_cluster),
         envs(
             TRJSC_TRAIN_SECONDS="8",
             TRJSC_FAIL_RANK="1",
-            TRJSC_FAIL_AT_END="1",
+            TRJSC_FAIL_AT_END="3",
             TORCHRUN_JSC_PEER_TIMEOUT=FAST_PEER_TIMEOUT,
         ),
     )

@@ -8,8 +8,9 @@ Env knobs:
                          (prints one TRJSC_TRAINING line first; for kill scenarios)
   TRJSC_FAIL_RANK        this global rank exits with TRJSC_FAIL_CODE (default 3) one second
                          into training (for the first-failure report)
-  TRJSC_FAIL_AT_END      1: TRJSC_FAIL_RANK trains to the end with the others, then exits with
-                         its code (every other rank succeeds)
+  TRJSC_FAIL_AT_END      seconds: TRJSC_FAIL_RANK trains to the end with the others, waits this
+                         long (the others' workers have exited by then), then exits with its
+                         code (every other rank succeeds)
   TRJSC_SIGNALS          1: print one TRJSC_SIGNAL line per SIGUSR1/SIGUSR2 received, and go on
 Exit status is non-zero when the all_reduce result is wrong.
 """
@@ -93,7 +94,9 @@ def main() -> int:
                 break
             time.sleep(0.05)
     dist.destroy_process_group()
-    if os.environ.get("TRJSC_FAIL_AT_END") and os.environ.get("TRJSC_FAIL_RANK") == str(rank):
+    at_end = os.environ.get("TRJSC_FAIL_AT_END")
+    if at_end and os.environ.get("TRJSC_FAIL_RANK") == str(rank):
+        time.sleep(float(at_end))
         return _failing(rank)
     return 0 if got == expect else 1
 
