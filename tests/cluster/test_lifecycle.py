@@ -267,7 +267,10 @@ def test_no_false_alarm_on_a_fully_loaded_machine(
     main_cluster: Cluster, job_cleanup: List[Job], seconds: int, peer_timeout: Optional[str]
 ) -> None:
     if seconds > 90 and not SLOW:
-        pytest.skip("10 minutes: TRJSC_SLOW_SCENARIOS=1 runs it (scripts/torch-matrix does)")
+        pytest.skip(
+            "10 minutes: TRJSC_SLOW_SCENARIOS=1 runs it, by hand (scripts/torch-matrix"
+            " leaves it out)"
+        )
     extra = {"TORCHRUN_JSC_PEER_TIMEOUT": peer_timeout} if peer_timeout else {}
     hogs = busy(4)  # two per core of this 2-core machine
     try:
