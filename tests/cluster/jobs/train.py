@@ -77,13 +77,13 @@ def main() -> int:
         flush=True,
     )
     train_for = float(os.environ.get("TRJSC_TRAIN_SECONDS", "0"))
+    fails = os.environ.get("TRJSC_FAIL_RANK") == str(rank)
+    at_end = os.environ.get("TRJSC_FAIL_AT_END")
     if train_for > 0:
         print(f"TRJSC_TRAINING host={socket.gethostname()} rank={rank}", flush=True)
         started = time.monotonic()
-        fail_rank = os.environ.get("TRJSC_FAIL_RANK")
-        at_end = os.environ.get("TRJSC_FAIL_AT_END")
         while True:
-            if fail_rank == str(rank) and not at_end and time.monotonic() > started + 1:
+            if fails and not at_end and time.monotonic() > started + 1:
                 os._exit(_failing(rank))
             # every rank goes on while any has time left: all run the same number of
             # all_reduces (each deciding by its own clock, one could leave a step early and
@@ -94,8 +94,7 @@ def main() -> int:
                 break
             time.sleep(0.05)
     dist.destroy_process_group()
-    at_end = os.environ.get("TRJSC_FAIL_AT_END")
-    if at_end and os.environ.get("TRJSC_FAIL_RANK") == str(rank):
+    if fails and at_end:
         time.sleep(float(at_end))
         return _failing(rank)
     return 0 if got == expect else 1
