@@ -10,15 +10,7 @@ false alarm, and a watcher that was itself paused sees every live counter moved 
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Optional
-
-#: A counter at or above this value means "the job is stopping" (see :func:`is_stop_signal`).
-STOP_BASE = 1 << 40
-
-
-def is_stop_signal(value: int) -> bool:
-    """Whether a heartbeat counter was overwritten to tell its node that the job stops."""
-    return value >= STOP_BASE
+from typing import Dict, Hashable, Iterable, List, Mapping, Optional
 
 
 def interval_for(timeout: float) -> float:
@@ -42,7 +34,7 @@ class Tracker:
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self._value: Dict[str, Optional[int]] = {}
+        self._value: Dict[str, Optional[Hashable]] = {}
         self._changed: Dict[str, float] = {}
         self._done: Dict[str, bool] = {}
 
@@ -63,9 +55,9 @@ class Tracker:
         """``key``'s workers are done: it may go quiet without being lost."""
         self._done[key] = True
 
-    def observe(self, values: Mapping[str, Optional[int]], now: float) -> List[str]:
-        """Record one reading (key -> counter, None when missing); return the members lost now,
-        in key order: quiet for at least the timeout and not finished."""
+    def observe(self, values: Mapping[str, Optional[Hashable]], now: float) -> List[str]:
+        """Record one reading (key -> counter value, None when missing); return the members
+        lost now, in key order: quiet for at least the timeout and not finished."""
         for key, value in values.items():
             if key in self._value and value is not None and value != self._value[key]:
                 self._value[key] = value

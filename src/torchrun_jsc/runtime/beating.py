@@ -1,0 +1,104 @@
+"""The job watch's two threads: heartbeats (and, on the node that serves the store, the scan
+of everyone's) and the watchdog of the store connection. They only observe and post events;
+:mod:`torchrun_jsc.runtime.watch` decides."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, List, NamedTuple, Sequence
+
+from . import heartbeats, timing
+from .heartbeats import Tracker
+from .protocol import JobProtocol
+from .watch import Event, MembersLost, StoreQuiet
+
+
+class Round(NamedTuple):
+    """This node in the current rendezvous round."""
+
+    me: str
+    members: Sequence[str]
+    #: Whether this node serves the store (and so watches everyone's heartbeats).
+    serving: bool
+    restarts_left: bool
+
+
+class Heartbeats:
+    """Beats every few seconds; scans the members' counters where this node serves."""
+
+    def __init__(
+        self,
+        protocol: JobProtocol,
+        timeout: float,
+        post: Callable[[Event], None],
+        told_to_stop: Callable[[], None],
+        round_now: Callable[[], Round],
+        closing: threading.Event,
+    ) -> None:
+        self.protocol = protocol
+        self.timeout = timeout
+        self.post = post
+        self.told_to_stop = told_to_stop
+        self.round_now = round_now
+        self.closing = closing
+        self.tracker = Tracker(timeout)
+        self._known: List[str] = []
+
+    def run(self) -> None:
+        """The heartbeat thread's loop, until the process ends."""
+        interval = heartbeats.interval_for(self.timeout)
+        while not self.closing.is_set():
+            try:
+                current = self.round_now()
+                beat = self.protocol.beat(current.me)
+                if current.serving:
+                    self._scan(current)
+            except Exception:  # a store that went away: the watchdog decides
+                self.closing.wait(interval)
+                continue
+            if beat.stop and not self.closing.is_set():
+                self.told_to_stop()
+            self.closing.wait(interval)
+
+    def _scan(self, current: Round) -> None:
+        members = list(current.members)
+        if members != self._known:
+            self.protocol.watch(members)
+            self.tracker.members(members, time.monotonic())
+            self._known = members
+        beats = self.protocol.beats(members)
+        now = time.monotonic()
+        for key, beat in beats.items():
+            if beat is not None and beat.done:
+                self.tracker.finished(key)
+        lost = [k for k in self.tracker.observe(beats, now) if k != current.me]
+        if not lost:
+            return
+        quiet = self.tracker.quiet_for(lost[0], now)
+        who = self.protocol.who(lost[0])
+        self.post(
+            MembersLost(
+                keys=tuple(lost),
+                hostname=who.hostname if who else lost[0],
+                node_rank=who.node_rank if who else None,
+                quiet=quiet,
+                last_seen=time.time() - quiet,
+                restarts_left=current.restarts_left,
+            )
+        )
+
+    def rewatch(self, lost: Sequence[str]) -> None:
+        """Watch the round's members without ``lost`` (torch re-forms the job without them)."""
+        keep = [k for k in self._known if k not in lost]
+        self.tracker.members(keep, time.monotonic())
+
+
+def watch_store(
+    protocol: JobProtocol, post: Callable[[Event], None], closing: threading.Event
+) -> None:
+    """The watchdog thread's loop: one look at the store connection every second."""
+    store = protocol.store
+    while not closing.wait(timing.WATCHDOG_EVERY):
+        now = time.monotonic()
+        post(StoreQuiet(stuck=store.in_flight(now), silent=now - store.last_ok, now=time.time()))

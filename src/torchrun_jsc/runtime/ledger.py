@@ -1,0 +1,133 @@
+"""This node's account of the job's failures: the records it knows (kept here and, with the
+failure report on, written to the store), and the last line made from every node's records."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Callable, List, Optional, Sequence
+
+from . import timing
+from .bounded import bounded
+from .protocol import JobProtocol
+from .report import FAILED, STOPPED, Record, report_line
+
+
+def say(line: str) -> None:
+    """Print one line on stderr (never raises)."""
+    import sys
+
+    with contextlib.suppress(Exception):  # a closed stderr must not break the watch
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+class Ledger:
+    """The records of this node: LOST records it declared, and its own one (how its workers
+    ended) in one store slot."""
+
+    def __init__(self, report: bool, protocol: Optional[JobProtocol] = None) -> None:
+        self.report = report
+        self.protocol = protocol
+        self.records: List[Record] = []
+        #: Store keys of members that will not read the records (declared lost here).
+        self.unread: List[str] = []
+        self._lock = threading.Lock()
+        self._slot_lock = threading.Lock()
+        self._slot: Optional[int] = None
+
+    def publish(self, record: Record, local: bool = False, unread: Sequence[str] = ()) -> None:
+        """Keep ``record``; write it to the store unless ``local`` (or the report is off)."""
+        with self._lock:
+            self.records.append(record)
+            self.unread.extend(unread)
+        protocol = self.protocol
+        if local or protocol is None or not self.report:
+            return
+        bounded(lambda: protocol.write_record(record), timing.STORE_WAIT)
+
+    def own(self) -> Optional[Record]:
+        """This node's own record, if it has one."""
+        with self._lock:
+            return next((r for r in self.records if r.kind in (FAILED, STOPPED)), None)
+
+    def publish_own(self, record: Record) -> bool:
+        """Publish how this node's workers ended: one record per node, whichever of the stopping
+        thread and torch's monitor comes first, except that a failure of its own replaces a
+        stop (both see the same ended workers; two records would count them twice). Returns
+        whether ``record`` became this node's record."""
+        with self._lock:
+            index = next(
+                (i for i, r in enumerate(self.records) if r.kind in (FAILED, STOPPED)), None
+            )
+            if index is None:
+                self.records.append(record)
+            elif record.kind == FAILED and self.records[index].kind == STOPPED:
+                self.records[index] = record
+            else:
+                return False
+        protocol = self.protocol
+        if protocol is None or not self.report:
+            return True
+
+        def write() -> None:
+            with self._slot_lock:  # the latest of this node's record, in its one slot
+                latest = self.own()
+                if latest is not None:
+                    self._slot = protocol.write_record(latest, self._slot)
+
+        bounded(write, timing.STORE_WAIT)
+        return True
+
+    def read_all(self, members: Sequence[str], serving: bool, settle: float) -> List[Record]:
+        """Every node's record from the store, waiting up to ``settle`` for ``members`` of
+        them; the node ``serving`` the store then waits for the others to have read them.
+        Empty when an operation of this node's hangs (the host is gone)."""
+        protocol = self.protocol
+        if protocol is None or protocol.store.in_flight() > timing.HANG:
+            return []
+        wanted = max(len(members), 1)
+        deadline = time.monotonic() + settle
+        count = protocol.record_count()
+        while count < wanted and time.monotonic() < deadline:
+            time.sleep(0.2)
+            count = protocol.record_count()
+        records = protocol.records(count)
+        protocol.mark_read()
+        if serving:  # a lost node reads nothing: not waited for
+            readers = max(wanted - len(set(self.unread) & set(members)), 1)
+            linger = time.monotonic() + timing.LINGER
+            while protocol.readers() < readers and time.monotonic() < linger:
+                time.sleep(0.2)
+        return records
+
+
+class LastLine:
+    """The line every agent ends with when the job failed, printed once: a second caller
+    waits until the first has printed it (neither the stopping thread nor the process's end
+    may cut it off)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._printed = False
+        self._done = threading.Event()
+
+    def print(self, ledger: Ledger, read: Callable[[], List[Record]], wait: float) -> None:
+        """Print the first failure from what ``read`` finds within ``wait`` seconds, else from
+        this node's own records."""
+        with self._lock:
+            mine, self._printed = not self._printed, True
+        if not mine:
+            self._done.wait(wait + 1.0)
+            return
+        try:
+            records = list(ledger.records)
+            found = bounded(read, wait)
+            if found:
+                records = found
+            line = report_line(records)
+            if line is not None:
+                say(line)
+        finally:
+            self._done.set()

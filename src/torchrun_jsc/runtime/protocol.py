@@ -1,0 +1,164 @@
+"""The job watch's protocol in the rendezvous store: every key it uses and how values are
+encoded, behind verbs (beat, mark done, tell stop, write and read records, ...). Nothing else
+names a key or knows an encoding.
+
+Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
+``torchrun_jsc/<run id>/``):
+
+| key | value |
+|---|---|
+| ``hb/<member>`` | the member's heartbeat counter (below); the watcher creates it as 0 |
+| ``who/<member>`` | ``{"hostname": ..., "node_rank": ...}`` for other nodes' messages |
+| ``stop`` | the record of what stopped the job, written once (the first cause wins) |
+| ``fail/n`` | how many record slots are taken |
+| ``fail/<i>`` | one node's record (JSON, :class:`~torchrun_jsc.runtime.report.Record`) |
+| ``fail/read`` | how many nodes have read the records |
+
+A heartbeat counter counts up by 1 per beat. Adding :data:`_DONE_BASE` marks the member's
+workers done (it may then go quiet); overwriting it with :data:`_STOP_BASE` tells the member to
+stop. An add keeps a stop written before (the sum stays at or above :data:`_STOP_BASE`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Dict, List, NamedTuple, Optional, Protocol, Sequence
+
+from .report import Record, collect
+
+#: A counter at or above this value tells its member that the job stops.
+_STOP_BASE = 1 << 40
+#: A counter at or above this (and below :data:`_STOP_BASE`): that member's workers are done.
+_DONE_BASE = 1 << 39
+
+
+class Store(Protocol):
+    """The store connection the watch needs (:class:`JobStore`, or a fake in tests)."""
+
+    #: monotonic time of the last operation that completed.
+    last_ok: float
+
+    def connect(self) -> None: ...
+    def in_flight(self, now: Optional[float] = None) -> float: ...
+    def add(self, name: str, amount: int) -> int: ...
+    def set(self, name: str, value: str) -> None: ...
+    def first(self, name: str, value: str) -> str: ...
+    def peek(self, name: str) -> Optional[str]: ...
+    def get_many(self, names: Sequence[str]) -> Dict[str, str]: ...
+
+
+class Beat(NamedTuple):
+    """One member's heartbeat counter, decoded."""
+
+    beats: int
+    done: bool = False
+    stop: bool = False
+
+
+def decode(value: int) -> Beat:
+    """A counter value as a :class:`Beat`."""
+    if value >= _STOP_BASE:
+        return Beat(value - _STOP_BASE, stop=True)
+    if value >= _DONE_BASE:
+        return Beat(value - _DONE_BASE, done=True)
+    return Beat(value)
+
+
+def _beat_key(member: str) -> str:
+    return f"hb/{member}"
+
+
+class Who(NamedTuple):
+    """What a member told the others about itself."""
+
+    hostname: str
+    node_rank: Optional[int]
+
+
+class JobProtocol:
+    """The verbs of the job watch over one store connection."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def beat(self, member: str) -> Beat:
+        """One heartbeat of ``member``; its counter now (``stop``: it is told to stop)."""
+        return decode(self.store.add(_beat_key(member), 1))
+
+    def watch(self, members: Sequence[str]) -> None:
+        """Make sure every member's counter exists (a missing key would block a read)."""
+        for member in members:
+            self.store.first(_beat_key(member), "0")
+
+    def beats(self, members: Sequence[str]) -> Dict[str, Optional[Beat]]:
+        """Every member's counter (None for one that is not a number)."""
+        values = self.store.get_many([_beat_key(m) for m in members])
+        found: Dict[str, Optional[Beat]] = {}
+        for member in members:
+            text = values.get(_beat_key(member), "").strip()
+            found[member] = decode(int(text)) if text.isdigit() else None
+        return found
+
+    def mark_done(self, member: str) -> Beat:
+        """Mark ``member``'s workers done; its counter now (a stop written before stays)."""
+        return decode(self.store.add(_beat_key(member), _DONE_BASE))
+
+    def tell_stop(self, cause: Record, members: Sequence[str]) -> None:
+        """Record what stops the job (unless a cause is recorded already) and tell ``members``
+        at their next heartbeat."""
+        self.store.first("stop", cause.to_json())
+        for member in members:
+            self.store.set(_beat_key(member), str(_STOP_BASE))
+
+    def stop_cause(self) -> Optional[Record]:
+        """What stopped the job, if anything did."""
+        return Record.from_json(self.store.peek("stop") or "")
+
+    def stopped(self) -> bool:
+        """Whether anything stopped the job."""
+        return bool(self.store.peek("stop"))
+
+    # ------------------------------------------------------------------ who is who
+
+    def introduce(self, member: str, hostname: str, node_rank: Optional[int]) -> None:
+        """Tell the others who ``member`` is (once; the first word stays)."""
+        info = {"hostname": hostname, "node_rank": node_rank}
+        self.store.first(f"who/{member}", json.dumps(info))
+
+    def who(self, member: str) -> Optional[Who]:
+        """What ``member`` said about itself, or None."""
+        with contextlib.suppress(ValueError, TypeError):
+            data = json.loads(self.store.peek(f"who/{member}") or "")
+            if isinstance(data, dict) and isinstance(data.get("hostname"), str):
+                rank = data.get("node_rank")
+                return Who(data["hostname"], rank if isinstance(rank, int) else None)
+        return None
+
+    # ------------------------------------------------------------------ records
+
+    def write_record(self, record: Record, slot: Optional[int] = None) -> int:
+        """Write ``record`` into its slot (a new one when None); returns the slot."""
+        if slot is None:
+            slot = self.store.add("fail/n", 1)
+        self.store.set(f"fail/{slot}", record.to_json())
+        return slot
+
+    def record_count(self) -> int:
+        """How many record slots are taken."""
+        return self.store.add("fail/n", 0)
+
+    def records(self, count: int) -> List[Record]:
+        """The records of the first ``count`` slots (which must exist)."""
+        texts = self.store.get_many([f"fail/{n}" for n in range(1, count + 1)])
+        return collect(list(texts.values()))
+
+    def mark_read(self) -> None:
+        """Count this node among those that have read the records."""
+        self.store.add("fail/read", 1)
+
+    def readers(self) -> int:
+        """How many nodes have read the records."""
+        return self.store.add("fail/read", 0)

@@ -1,0 +1,26 @@
+"""How long the job watch waits for what (seconds). One home for these bounds: every wait of
+the watch is one of them, or the peer timeout, or torch's grace."""
+
+from __future__ import annotations
+
+#: How long the node serving the store waits, at a failure, for the others to read the records.
+LINGER = 10.0
+#: How long a node waits for the other nodes' records before it prints the first failure, on
+#: top of the time they may take to notice (torch's monitor interval, the heartbeat interval).
+SETTLE = 3.0
+#: How long, after stopping its workers, the agent may take to end by itself.
+EXIT_GRACE = 10.0
+#: The longest any store operation of the stopping and exit paths may take.
+STORE_WAIT = 5.0
+#: How long the process's end waits for the job watch's threads to leave their store call.
+QUIESCE_WAIT = 2.0
+#: At the end, a store operation of this agent's running longer than this is taken as hanging
+#: (the host is gone): the last line is then made from this node's own records.
+HANG = 2.0
+#: How long a failure report waits for a worker's exit to be noted (its watch thread may not
+#: have run since, on a loaded node): the order of a node's failures rests on it.
+EXIT_NOTE_WAIT = 2.0
+#: The operation timeout of torchrun_jsc's own store connection when peers are not watched.
+STORE_TIMEOUT = 30.0
+#: How often the watchdog looks at the store connection.
+WATCHDOG_EVERY = 1.0
