@@ -147,7 +147,7 @@ def marginal(
 def per_worker(repeat: int) -> Dict[str, float]:
     """Median added time of starting a worker (``true``) through the patched ``_popen``."""
     from torchrun_jsc import patches
-    from torchrun_jsc.patches import worker_start
+    from torchrun_jsc.patches import params, worker_start
     from torchrun_jsc.patches._common import find
     from torchrun_jsc.runtime import orphans, workers
 
@@ -165,7 +165,7 @@ def per_worker(repeat: int) -> Dict[str, float]:
         proc.wait()
         return took
 
-    assert patches.install("worker_start", {"kill_orphans": True, "new_session": False}) is None
+    assert patches.install(params.WorkerStart(kill_orphans=True, new_session=False)) is None
     patched = getattr(owner, attr)
     plain_times, patched_times = [], []
     try:

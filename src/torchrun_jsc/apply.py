@@ -34,7 +34,7 @@ def carry_out(plan: Plan, environ: MutableMapping[str, str] = os.environ) -> Lis
         environ[key] = value
     warnings = list(plan.warnings)
     for spec in plan.patches:
-        reason = patches.install(spec.name, spec.kwargs)
+        reason = patches.install(spec.params)
         if reason is not None:
             warnings.append(f"patch {spec.name} skipped: {reason}")
     for text in warnings:

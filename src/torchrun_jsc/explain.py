@@ -37,7 +37,7 @@ def as_dict(prepared: Prepared) -> Dict[str, Any]:
         "added_args": list(plan.added_args),
         "argv": list(plan.argv),
         "env": dict(plan.env),
-        "patches": [{"name": p.name, "params": p.kwargs, "reason": p.reason} for p in plan.patches],
+        "patches": [{"name": p.name, "params": p.data, "reason": p.reason} for p in plan.patches],
         "warnings": list(plan.warnings),
         "predicted_failures": list(plan.predicted_failures),
         "refusal": plan.refusal,

@@ -19,8 +19,10 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from .facts import NodeFacts
-from .patches import AGENT_SIDE
+from .patches import params
+from .patches.params import AGENT_SIDE, PatchSpec
 from .request import Request
+from .runtime.node import Node
 from .versions import TorchVersion
 
 #: The patches this module decides (all others fix the start).
@@ -35,12 +37,12 @@ MIN_JOIN = 30
 
 
 class AgentSide:
-    """The agent-side part of a plan: patches ``(name, params, reason)``, decisions
-    ``(topic, value, reason)``, warnings, and rendezvous keys to add to ``--rdzv_conf``."""
+    """The agent-side part of a plan: patches, decisions ``(topic, value, reason)``, warnings,
+    and rendezvous keys to add to ``--rdzv_conf``."""
 
     def __init__(
         self,
-        patches: Optional[List[Tuple[str, Tuple[Tuple[str, object], ...], str]]] = None,
+        patches: Optional[List[PatchSpec]] = None,
         decisions: Optional[List[Tuple[str, str, str]]] = None,
         warnings: Optional[List[str]] = None,
         conf: Optional[Dict[str, str]] = None,
@@ -50,8 +52,8 @@ class AgentSide:
         self.warnings = [] if warnings is None else warnings
         self.conf = {} if conf is None else conf
 
-    def patch(self, name: str, reason: str, **params: object) -> None:
-        self.patches.append((name, tuple(sorted(params.items())), reason))
+    def patch(self, what: params.Params, reason: str) -> None:
+        self.patches.append(PatchSpec(what, reason))
 
     def decide(self, topic: str, value: object, reason: str) -> None:
         self.decisions.append((topic, str(value), reason))
@@ -76,7 +78,7 @@ def plan_agent_side(
     orphans = settings.kill_orphans and linux
     if orphans or forward:
         side.patch(
-            "worker_start",
+            params.WorkerStart(kill_orphans=orphans, new_session=own_session),
             "each worker: "
             + ", ".join(
                 what
@@ -87,8 +89,6 @@ def plan_agent_side(
                 )
                 if on
             ),
-            kill_orphans=orphans,
-            new_session=own_session,
         )
     side.decide(
         "orphans",
@@ -98,19 +98,15 @@ def plan_agent_side(
         else _off("TORCHRUN_JSC_KILL_ORPHANS", linux),
     )
     if forward:
-        side.patch("forward_signals", "passed on, training goes on", signals=list(forward))
+        side.patch(params.ForwardSignals(signals=forward), "passed on, training goes on")
     if settings.term_grace is not None:
-        side.patch(
-            "term_grace",
-            "TORCHRUN_JSC_TERM_GRACE",
-            seconds=settings.term_grace,
-        )
+        side.patch(params.TermGrace(seconds=settings.term_grace), "TORCHRUN_JSC_TERM_GRACE")
         side.decide("grace before SIGKILL", f"{settings.term_grace:g} s", "TORCHRUN_JSC_TERM_GRACE")
     node = _node(request, facts, is_host, fixing)
     _peer_watch(side, request, node, fixing)
     if settings.failure_report:
         scope = "the whole job" if fixing else "this node (no shared rendezvous store)"
-        side.patch("failure_report", f"the first failure of {scope}", **node)
+        side.patch(params.FailureReport(node=node), f"the first failure of {scope}")
         side.decide("failure report", "on", f"last line names the first failure of {scope}")
     else:
         side.decide("failure report", "off", "TORCHRUN_JSC_FAILURE_REPORT=0")
@@ -141,18 +137,14 @@ def _signals(request: Request, side: AgentSide) -> Tuple[str, ...]:
     return forward
 
 
-def _node(
-    request: Request, facts: NodeFacts, is_host: Optional[bool], fixing: bool
-) -> Dict[str, object]:
+def _node(request: Request, facts: NodeFacts, is_host: Optional[bool], fixing: bool) -> Node:
     options, endpoint = request.options, request.endpoint
     assert options is not None
-    node: Dict[str, object] = {
-        "hostname": facts.hostname,
-        "node_rank": request.node_rank,
-        "grace": request.settings.term_grace,
-    }
+    node = Node(
+        hostname=facts.hostname, node_rank=request.node_rank, grace=request.settings.term_grace
+    )
     if fixing and endpoint is not None:
-        node.update(
+        node = node._replace(
             is_host=is_host,
             endpoint=endpoint.text,
             store_host=endpoint.host,
@@ -163,7 +155,7 @@ def _node(
     return node
 
 
-def _peer_watch(side: AgentSide, request: Request, node: Dict[str, object], fixing: bool) -> None:
+def _peer_watch(side: AgentSide, request: Request, node: Node, fixing: bool) -> None:
     timeout = request.settings.peer_timeout
     if timeout <= 0:
         side.decide("lost nodes", "not watched", "TORCHRUN_JSC_PEER_TIMEOUT=0")
@@ -171,7 +163,7 @@ def _peer_watch(side: AgentSide, request: Request, node: Dict[str, object], fixi
     if not fixing:
         side.decide("lost nodes", "not watched", "no multi-node c10d rendezvous to watch through")
         return
-    is_host = node.get("is_host")
+    is_host = node.is_host
     role = (
         "watches every node"
         if is_host is True
@@ -180,7 +172,8 @@ def _peer_watch(side: AgentSide, request: Request, node: Dict[str, object], fixi
         else "is watched by group rank 0"
     )
     side.patch(
-        "peer_watch", f"heartbeats; a node quiet for {timeout:g} s is lost", timeout=timeout, **node
+        params.PeerWatch(timeout=timeout, node=node),
+        f"heartbeats; a node quiet for {timeout:g} s is lost",
     )
     side.decide(
         "lost nodes", f"after {timeout:g} s", f"heartbeats through the store; this node {role}"
@@ -203,7 +196,7 @@ def _wait_for_host(
     if is_host is False:
         wait = max(join - age, float(read))
         side.patch(
-            "wait_for_host", f"until join_timeout ({join} s)", endpoint=endpoint.text, wait=wait
+            params.WaitForHost(endpoint=endpoint.text, wait=wait), f"until join_timeout ({join} s)"
         )
         since = f", {age:.0f} s of it gone since the Slurm step started" if age >= 1 else ""
         side.decide("waiting for the host", f"{wait:.0f} s", f"join_timeout {join} s{since}")
@@ -236,7 +229,7 @@ def _rank_order(side: AgentSide, request: Request) -> None:
         side.decide("rank order", "torch's (address as a string)", why)
         return
     elastic = " (of the nodes present)" if options.min_nodes < options.max_nodes else ""
-    side.patch("rank_order", "group ranks follow node ranks", node_rank=request.node_rank)
+    side.patch(params.RankOrder(node_rank=request.node_rank), "group ranks follow node ranks")
     side.decide(
         "rank order",
         f"node rank{elastic}",

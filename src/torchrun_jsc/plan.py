@@ -13,10 +13,10 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from . import guards, lifecycle, network
 from .errors import ConfigError
 from .facts import NodeFacts
+from .patches.params import HostMatcher, PatchSpec, name_of_type
 from .request import IGNORED_RDZV_KEYS, Request, format_rdzv_conf, torch_bool
 from .settings import Settings
 from .versions import (
-    PATCH_HOST_MATCHER,
     Strategy,
     TorchVersion,
     bugs_for,
@@ -24,19 +24,6 @@ from .versions import (
     newest_tested_label,
     strategy_for,
 )
-
-
-class PatchSpec(NamedTuple):
-    """A runtime patch to install: its module name in :mod:`torchrun_jsc.patches` and arguments."""
-
-    name: str
-    params: Tuple[Tuple[str, object], ...] = ()
-    reason: str = ""
-
-    @property
-    def kwargs(self) -> Dict[str, object]:
-        """``params`` as a dict."""
-        return dict(self.params)
 
 
 class Decision(NamedTuple):
@@ -166,7 +153,7 @@ def _agent_side(
     draft: _Draft, request: Request, version: TorchVersion, facts: NodeFacts, fixing: bool
 ) -> None:
     side = lifecycle.plan_agent_side(request, version, facts, draft.is_host, fixing)
-    draft.patches += [PatchSpec(name, params, reason) for name, params, reason in side.patches]
+    draft.patches += side.patches
     draft.decisions += [Decision(*d) for d in side.decisions]
     draft.warnings += side.warnings
     draft.conf.update(side.conf)
@@ -192,7 +179,7 @@ def _torch_bug_patches(
         if bug.patch is None:
             continue  # a variable torch reads: multi-node launches only (_torch_bug_variables)
         if settings.fix_torch_bugs:
-            draft.patches.append(PatchSpec(bug.patch, reason=bug.fixes))
+            draft.patches.append(PatchSpec(bug.patch(), reason=bug.fixes))
         else:
             draft.warnings.append(f"{bug.left}; TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves it so")
 
@@ -279,9 +266,7 @@ def _decide_is_host(draft: _Draft, request: Request, conf: Dict[str, str], local
         draft.is_host = local
         draft.patches.append(
             PatchSpec(
-                PATCH_HOST_MATCHER,
-                (("host", host), ("is_local", local)),
-                reason="TORCHRUN_JSC_PREFER_ARG_PATCHING=0",
+                HostMatcher(host=host, is_local=local), reason="TORCHRUN_JSC_PREFER_ARG_PATCHING=0"
             )
         )
         draft.decide(
@@ -337,12 +322,11 @@ def _decide_address(draft: _Draft, request: Request, strategy: Strategy, facts: 
     else:
         draft.patches.append(
             PatchSpec(
-                strategy.advertise_patch,
-                (("address", address),),
+                strategy.advertise_patch(address=address),
                 reason=f"torch {strategy.label}: {strategy.master_addr}",
             )
         )
-        mechanism = f"patch {strategy.advertise_patch}"
+        mechanism = f"patch {name_of_type(strategy.advertise_patch)}"
     draft.decide("advertised address", address, f"{how}; via {mechanism}")
 
 

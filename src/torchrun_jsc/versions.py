@@ -7,9 +7,15 @@ each row (who publishes ``MASTER_ADDR`` and from what) are in ``docs/how-it-work
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple, Type, Union
 
 from .errors import UnsupportedTorchError
+from .patches.params import FqHostname, KeepRendezvous, NodeDesc, StdFromStr, StoreInfoBuild
+
+#: The patches that advertise this node's address (parameter: the address).
+AddressPatch = Union[FqHostname, StoreInfoBuild, NodeDesc]
+#: The patches that work around a torch bug (no parameters).
+BugPatch = Union[StdFromStr, KeepRendezvous]
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
 
@@ -102,14 +108,6 @@ class TorchVersion:
         return NotImplemented if theirs is None else self._order >= theirs
 
 
-#: Names of the runtime patches (modules in :mod:`torchrun_jsc.patches`).
-PATCH_FQ_HOSTNAME = "fq_hostname"
-PATCH_STORE_INFO_BUILD = "store_info_build"
-PATCH_NODE_DESC = "node_desc"
-PATCH_HOST_MATCHER = "host_matcher"
-PATCH_STD_FROM_STR = "std_from_str"
-PATCH_KEEP_RENDEZVOUS = "keep_rendezvous"
-
 #: Every torch release the cluster scenarios run on (``scripts/torch-matrix``; the README and
 #: ``docs/compatibility.md`` list the same).
 TESTED_RELEASES = (
@@ -148,7 +146,7 @@ class Strategy(NamedTuple):
     first: Tuple[int, int]
     until: Optional[Tuple[int, int]]
     local_addr_arg: bool
-    advertise_patch: str
+    advertise_patch: Type[AddressPatch]
     master_addr: str
     #: The agent of group rank 0 also serves the workers' store (their connections count
     #: against its open-file limit).
@@ -180,21 +178,21 @@ STRATEGIES: Tuple[Strategy, ...] = (
         (1, 9),
         (2, 0),
         local_addr_arg=False,
-        advertise_patch=PATCH_FQ_HOSTNAME,
+        advertise_patch=FqHostname,
         master_addr="group rank 0 publishes agent.api._get_fq_hostname(); no --local_addr",
     ),
     Strategy(
         (2, 0),
         (2, 4),
         local_addr_arg=True,
-        advertise_patch=PATCH_FQ_HOSTNAME,
+        advertise_patch=FqHostname,
         master_addr="group rank 0 publishes its --local_addr, else _get_fq_hostname()",
     ),
     Strategy(
         (2, 4),
         (2, 5),
         local_addr_arg=False,
-        advertise_patch=PATCH_STORE_INFO_BUILD,
+        advertise_patch=StoreInfoBuild,
         master_addr="group rank 0 publishes socket.getfqdn() in RendezvousStoreInfo.build;"
         " --local_addr is ignored for it",
     ),
@@ -202,7 +200,7 @@ STRATEGIES: Tuple[Strategy, ...] = (
         (2, 5),
         (2, 6),
         local_addr_arg=True,
-        advertise_patch=PATCH_NODE_DESC,
+        advertise_patch=NodeDesc,
         master_addr="the rendezvous endpoint (shared store); with"
         " TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, group rank 0's node address (--local_addr)",
     ),
@@ -210,7 +208,7 @@ STRATEGIES: Tuple[Strategy, ...] = (
         (2, 6),
         None,
         local_addr_arg=True,
-        advertise_patch=PATCH_NODE_DESC,
+        advertise_patch=NodeDesc,
         master_addr="group rank 0 publishes its node address (--local_addr, else"
         " socket.getfqdn()) and serves the workers' store there",
         agent_serves_worker_store=True,
@@ -231,7 +229,7 @@ class TorchBug(NamedTuple):
     #: leaves it so" when not.
     fixes: str
     left: str
-    patch: Optional[str] = None
+    patch: Optional[Type[BugPatch]] = None
     env: Optional[Tuple[str, str]] = None
     #: The bug exists only from this Python on.
     min_python: Tuple[int, int] = (3, 0)
@@ -254,7 +252,7 @@ TORCH_BUGS: Tuple[TorchBug, ...] = (
     TorchBug(
         (1, 9),
         (2, 0),
-        patch=PATCH_STD_FROM_STR,
+        patch=StdFromStr,
         min_python=(3, 11),
         fixes="torch < 2.0 on Python >= 3.11 cannot read --redirects/--tee",
         left="torch < 2.0 on Python >= 3.11 crashes with the default --redirects/--tee",
@@ -263,7 +261,7 @@ TORCH_BUGS: Tuple[TorchBug, ...] = (
     TorchBug(
         (2, 3),
         (2, 4),
-        patch=PATCH_KEEP_RENDEZVOUS,
+        patch=KeepRendezvous,
         fixes="torch 2.3 closes the rendezvous when it restarts workers (--max_restarts,"
         " membership changes)",
         left="torch 2.3 closes the rendezvous when it restarts workers, so --max_restarts ends"

@@ -6,6 +6,7 @@ import pytest
 
 from torchrun_jsc import network, request
 from torchrun_jsc.errors import ConfigError, UnsupportedTorchError
+from torchrun_jsc.patches.params import name_of_type
 from torchrun_jsc.settings import VARIABLES, Settings
 from torchrun_jsc.versions import (
     STRATEGIES,
@@ -174,7 +175,10 @@ def test_releases_newer_than_the_newest_tested_one_are_untested() -> None:
     ],
 )
 def test_torch_bugs_by_version(version: str, python: tuple[int, int], bugs: list[str]) -> None:
-    found = [b.patch or (b.env or ("?",))[0] for b in bugs_for(TorchVersion.parse(version), python)]
+    found = [
+        name_of_type(b.patch) if b.patch else (b.env or ("?",))[0]
+        for b in bugs_for(TorchVersion.parse(version), python)
+    ]
     assert found == bugs
     for bug in TORCH_BUGS:
         assert (bug.patch is None) != (bug.env is None), bug.label

@@ -16,8 +16,8 @@ import pytest
 
 from torchrun_jsc import lifecycle, patches
 from torchrun_jsc.patches import _common
+from torchrun_jsc.patches.params import name_of_type
 from torchrun_jsc.versions import (
-    PATCH_HOST_MATCHER,
     TESTED_RELEASES,
     TorchVersion,
     bugs_for,
@@ -34,8 +34,8 @@ def python_of(entry: Dict[str, Any]) -> Tuple[int, int]:
 
 def used_patches(version: TorchVersion, python: Tuple[int, int]) -> List[str]:
     """Every patch some setting can make torchrun_jsc install on ``version``."""
-    names = [PATCH_HOST_MATCHER, strategy_for(version).advertise_patch]
-    names += [bug.patch for bug in bugs_for(version, python) if bug.patch is not None]
+    names = ["host_matcher", name_of_type(strategy_for(version).advertise_patch)]
+    names += [name_of_type(bug.patch) for bug in bugs_for(version, python) if bug.patch]
     return names + list(lifecycle.PATCHES)
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.plan import Plan
+from torchrun_jsc.runtime.node import Node
 
 from .layouts import ib, node
 from .planning import plan
@@ -18,7 +19,7 @@ STANDALONE = ["--standalone", "--nproc_per_node=2"]
 
 
 def patches(p: Plan) -> Dict[str, Dict[str, object]]:
-    return {s.name: s.kwargs for s in p.patches}
+    return {s.name: s.data for s in p.patches}
 
 
 def decision(p: Plan, topic: str) -> str:
@@ -36,33 +37,38 @@ def test_every_launch_gets_orphan_guard_signals_and_the_failure_report() -> None
     found = patches(p)
     assert found["worker_start"] == {"kill_orphans": True, "new_session": False}
     assert found["forward_signals"] == {"signals": ["SIGUSR1", "SIGUSR2"]}
-    assert found["failure_report"] == {"hostname": "node0", "node_rank": None, "grace": None}
+    assert found["failure_report"] == {"node": Node(hostname="node0")._asdict()}
     assert "peer_watch" not in found and "rank_order" not in found
     assert decision(p, "lost nodes").startswith("not watched (no multi-node c10d")
 
 
+NODE1 = {
+    **Node(hostname="")._asdict(),
+    "hostname": "node1",
+    "node_rank": 1,
+    "grace": None,
+    "is_host": False,
+    "endpoint": "node0i:29500",
+    "store_host": "node0i",
+    "store_port": 29500,
+    "run_id": "9",
+    "elastic": False,
+}
+
+
 def test_a_multi_node_launch_is_watched_through_its_store() -> None:
     found = patches(multi(1))
-    node_params = {
-        "hostname": "node1",
-        "node_rank": 1,
-        "grace": None,
-        "is_host": False,
-        "endpoint": "node0i:29500",
-        "store_host": "node0i",
-        "store_port": 29500,
-        "run_id": "9",
-        "elastic": False,
-    }
-    assert found["peer_watch"] == {"timeout": 60.0, **node_params}
-    assert found["failure_report"] == node_params
+    node_params = NODE1
+    assert found["peer_watch"] == {"timeout": 60.0, "node": node_params}
+    assert found["failure_report"] == {"node": node_params}
     assert found["rank_order"] == {"node_rank": 1}
     assert found["wait_for_host"] == {"endpoint": "node0i:29500", "wait": 600.0}
 
 
 def test_the_host_watches() -> None:
     p = multi(0)
-    assert patches(p)["peer_watch"]["is_host"] is True
+    host = {**NODE1, "hostname": "node0", "node_rank": 0, "is_host": True}
+    assert patches(p)["peer_watch"]["node"] == host
     assert "this node watches every node" in decision(p, "lost nodes")
     assert "wait_for_host" not in patches(p)
 
@@ -120,7 +126,7 @@ def test_term_grace_is_a_patch_only_when_set() -> None:
     assert "term_grace" not in patches(multi(1))
     p = multi(1, TORCHRUN_JSC_TERM_GRACE="7")
     assert patches(p)["term_grace"] == {"seconds": 7.0}
-    assert patches(p)["peer_watch"]["grace"] == 7.0
+    assert patches(p)["peer_watch"]["node"]["grace"] == 7.0
 
 
 def test_not_on_linux_no_worker_guard_and_no_signals() -> None:
@@ -133,7 +139,7 @@ def test_not_on_linux_no_worker_guard_and_no_signals() -> None:
 def test_elastic_launch_is_marked() -> None:
     argv = ["--nnodes=2:4", *MULTI[1:], *SCRIPT]
     p = plan(argv, {"SLURM_NODEID": "1"}, "2.13.0", node(1))
-    assert patches(p)["peer_watch"]["elastic"] is True
+    assert patches(p)["peer_watch"]["node"]["elastic"] is True
     assert decision(p, "rank order").startswith("node rank (of the nodes present)")
 
 

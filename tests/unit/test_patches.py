@@ -8,7 +8,7 @@ from typing import Any, Iterator
 import pytest
 
 from torchrun_jsc import patches
-from torchrun_jsc.patches import _common
+from torchrun_jsc.patches import _common, params
 
 rdzv_utils = pytest.importorskip("torch.distributed.elastic.rendezvous.utils")
 
@@ -24,7 +24,7 @@ def test_host_matcher_patches_both_bindings() -> None:
 
     original = rdzv_utils._matches_machine_hostname
     assert original("node0i-not-here") is False
-    assert patches.install("host_matcher", {"host": "node0i-not-here", "is_local": True}) is None
+    assert patches.install(params.HostMatcher(host="node0i-not-here", is_local=True)) is None
     assert rdzv_utils._matches_machine_hostname("node0i-not-here") is True
     assert backend._matches_machine_hostname("node0i-not-here") is True
     assert backend._matches_machine_hostname("localhost") is True, "others: torch decides"
@@ -36,14 +36,14 @@ def test_host_matcher_patches_both_bindings() -> None:
 def test_host_matcher_can_say_no_for_the_endpoint() -> None:
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
 
-    assert patches.install("host_matcher", {"host": "localhost", "is_local": False}) is None
+    assert patches.install(params.HostMatcher(host="localhost", is_local=False)) is None
     assert backend._matches_machine_hostname("localhost") is False
 
 
 def test_node_desc_defaults_local_addr() -> None:
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDescGenerator
 
-    assert patches.install("node_desc", {"address": "10.78.0.12"}) is None
+    assert patches.install(params.NodeDesc(address="10.78.0.12")) is None
     gen = _NodeDescGenerator()
     assert gen.generate().addr == "10.78.0.12"
     assert gen.generate("given").addr == "given", "an explicit local_addr still wins"
@@ -52,12 +52,12 @@ def test_node_desc_defaults_local_addr() -> None:
 def test_fq_hostname_returns_the_address() -> None:
     from torch.distributed.elastic.agent.server import api
 
-    assert patches.install("fq_hostname", {"address": "fd00:78::c"}) is None
+    assert patches.install(params.FqHostname(address="fd00:78::c")) is None
     assert api._get_fq_hostname() == "fd00:78::c"
 
 
 def test_store_info_build_declines_on_a_torch_with_another_signature() -> None:
-    reason = patches.install("store_info_build", {"address": "10.0.0.1"})
+    reason = patches.install(params.StoreInfoBuild(address="10.0.0.1"))
     assert reason is not None
     assert reason.startswith("torch.distributed.elastic.rendezvous.api.RendezvousStoreInfo.build")
     assert "expected (rank, store)" in reason
@@ -73,7 +73,7 @@ def test_store_info_build_publishes_the_address_on_a_2_4_signature(
         raise AssertionError("replaced")
 
     monkeypatch.setattr(RendezvousStoreInfo, "build", staticmethod(build_2_4))
-    assert patches.install("store_info_build", {"address": "10.78.0.13"}) is None
+    assert patches.install(params.StoreInfoBuild(address="10.78.0.13")) is None
     store = dist.HashStore()
     rank0 = RendezvousStoreInfo.build(0, store)
     rank1 = RendezvousStoreInfo.build(1, store)
@@ -83,7 +83,7 @@ def test_store_info_build_publishes_the_address_on_a_2_4_signature(
 
 
 def test_std_from_str_declines_where_it_works() -> None:
-    assert patches.install("std_from_str", {}) == "Std.from_str already works on this Python"
+    assert patches.install(params.StdFromStr()) == "Std.from_str already works on this Python"
 
 
 def test_std_from_str_repairs_a_broken_reader(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,7 +93,7 @@ def test_std_from_str_repairs_a_broken_reader(monkeypatch: pytest.MonkeyPatch) -
         return None
 
     monkeypatch.setattr(Std, "from_str", classmethod(broken))
-    assert patches.install("std_from_str", {}) is None
+    assert patches.install(params.StdFromStr()) is None
     assert Std.from_str("0") == Std.NONE
     assert Std.from_str("3") == Std.ALL
     assert Std.from_str("0:3,1:0,2:1") == {0: Std.ALL, 1: Std.NONE, 2: Std.OUT}
@@ -111,14 +111,14 @@ def test_keep_rendezvous_declines_other_shapes(monkeypatch: pytest.MonkeyPatch) 
         raise AssertionError("not called")
 
     monkeypatch.setattr(LocalElasticAgent, "_stop_workers", stop_2_4)
-    reason = patches.install("keep_rendezvous", {})
+    reason = patches.install(params.KeepRendezvous())
     assert reason is not None and reason.endswith(
         "LocalElasticAgent._stop_workers has parameters (self, worker_group, is_restart); "
         "expected (self, worker_group)"
     )
     monkeypatch.setattr(LocalElasticAgent, "_stop_workers", lambda self, worker_group: None)
     monkeypatch.setattr(LocalElasticAgent, "_shutdown", shutdown_2_13)
-    reason = patches.install("keep_rendezvous", {})
+    reason = patches.install(params.KeepRendezvous())
     assert reason is not None and reason.endswith(
         "LocalElasticAgent._shutdown has parameters (self, death_sig, timeout); "
         "expected (self, death_sig)"
@@ -161,7 +161,7 @@ def test_keep_rendezvous_repairs_a_2_3_agent(monkeypatch: pytest.MonkeyPatch) ->
     agent._restart_workers(None)
     assert handler.shutdowns == 1, "unpatched, a restart closes the rendezvous (the 2.3 bug)"
     try:
-        assert patches.install("keep_rendezvous", {}) is None
+        assert patches.install(params.KeepRendezvous()) is None
         handler.shutdowns = 0
         agent._restart_workers(None)
         assert handler.shutdowns == 0, "patched, a restart keeps the rendezvous open"
@@ -180,7 +180,7 @@ def test_a_changed_signature_is_declined_with_its_name(monkeypatch: pytest.Monke
         return "x"
 
     monkeypatch.setattr(api, "_get_fq_hostname", changed)
-    reason = patches.install("fq_hostname", {"address": "a"})
+    reason = patches.install(params.FqHostname(address="a"))
     assert reason == (
         "torch.distributed.elastic.agent.server.api._get_fq_hostname has parameters (verbose);"
         " expected ()"
@@ -192,15 +192,27 @@ def test_a_missing_internal_is_declined(monkeypatch: pytest.MonkeyPatch) -> None
     from torch.distributed.elastic.agent.server import api
 
     monkeypatch.delattr(api, "_get_fq_hostname")
-    reason = patches.install("fq_hostname", {"address": "a"})
+    reason = patches.install(params.FqHostname(address="a"))
     assert (
         reason == "torch.distributed.elastic.agent.server.api._get_fq_hostname does not exist"
         " in this torch"
     )
 
 
-def test_unknown_patch_name() -> None:
-    assert patches.install("nope", {}) == "unknown patch 'nope'"
+def test_every_patch_takes_exactly_its_registered_parameters() -> None:
+    """The registry and the modules agree: one module per name, and each ``install`` takes
+    the fields of its parameter tuple (the plan builds the tuple; mypy checks the plan)."""
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    modules = {
+        p.stem for p in Path(patches.__file__).parent.glob("*.py") if not p.stem.startswith("_")
+    }
+    assert modules - {"params"} == set(params.REGISTRY)
+    for name, kind in params.REGISTRY.items():
+        install = importlib.import_module(f"torchrun_jsc.patches.{name}").install
+        assert tuple(inspect.signature(install).parameters) == kind._fields, name
 
 
 def test_every_patch_module_declares_its_checks() -> None:
@@ -220,7 +232,7 @@ def test_rank_order_carries_the_node_rank_and_orders_by_it(monkeypatch: pytest.M
     from torchrun_jsc.patches import rank_order
 
     assert rank_order.encode(0, 0) == 1 << 16 and rank_order.encode(3, 5) == (4 << 16) | 5
-    assert patches.install("rank_order", {"node_rank": 2}) is None
+    assert patches.install(params.RankOrder(node_rank=2)) is None
     desc = dr._NodeDescGenerator().generate("10.78.0.100")
     assert desc.addr == "10.78.0.100" and desc.local_id >> 16 == 3
 
@@ -290,12 +302,12 @@ def test_wait_for_host_retries_until_its_deadline(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(backend, "_create_tcp_store", original)
     monkeypatch.setattr(wait_for_host.time, "sleep", lambda s: None)
-    assert patches.install("wait_for_host", {"endpoint": "node0i:29500", "wait": 600.0}) is None
-    params = RendezvousParameters("c10d", "node0i:29500", "r", 4, 4, is_host="0", read_timeout="45")
-    store = backend._create_tcp_store(params)
+    assert patches.install(params.WaitForHost(endpoint="node0i:29500", wait=600.0)) is None
+    rdzv = RendezvousParameters("c10d", "node0i:29500", "r", 4, 4, is_host="0", read_timeout="45")
+    store = backend._create_tcp_store(rdzv)
     assert attempts == ["10", "10", "10"]
     assert store.timeout.total_seconds() == 45, "the user's read_timeout is back"
-    assert params.config["read_timeout"] == "45"
+    assert rdzv.config["read_timeout"] == "45"
     attempts[:] = ["x", "y"]  # the next call succeeds at once
     host = RendezvousParameters("c10d", "node0i:29500", "r", 4, 4, is_host="1")
     backend._create_tcp_store(host)
@@ -320,11 +332,11 @@ def test_wait_for_host_gives_up_at_the_deadline(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(backend, "_create_tcp_store", original)
     monkeypatch.setattr(wait_for_host.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(wait_for_host.time, "sleep", lambda s: None)
-    patches.install("wait_for_host", {"endpoint": "h:1", "wait": 35.0})
-    params = RendezvousParameters("c10d", "h:1", "r", 2, 2, is_host="false")
+    patches.install(params.WaitForHost(endpoint="h:1", wait=35.0))
+    rdzv = RendezvousParameters("c10d", "h:1", "r", 2, 2, is_host="false")
     with pytest.raises(RendezvousConnectionError, match="still no host"):
-        backend._create_tcp_store(params)
-    assert clock[0] == 40 and "read_timeout" not in params.config
+        backend._create_tcp_store(rdzv)
+    assert clock[0] == 40 and "read_timeout" not in rdzv.config
 
 
 def test_term_grace_replaces_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -336,7 +348,7 @@ def test_term_grace_replaces_the_timeout(monkeypatch: pytest.MonkeyPatch) -> Non
         seen.append((death_sig, timeout))
 
     monkeypatch.setattr(PContext, "close", close)
-    assert patches.install("term_grace", {"seconds": 4.5}) is None
+    assert patches.install(params.TermGrace(seconds=4.5)) is None
     PContext.close(object(), "SIGTERM")  # type: ignore[arg-type]
     PContext.close(object(), None, 30)  # type: ignore[arg-type]
     assert seen == [("SIGTERM", 4.5), (None, 4.5)]
@@ -363,7 +375,7 @@ def test_worker_start_registers_and_hands_workers_to_the_watcher(
     monkeypatch.setattr(workers, "register", lambda proc: started.append(("registered", proc.pid)))
     monkeypatch.setattr(orphans, "start", lambda: started.append("watcher") and None)
     monkeypatch.setattr(orphans, "tell", lambda pid: started.append(("told", pid)))
-    assert patches.install("worker_start", {"kill_orphans": True, "new_session": False}) is None
+    assert patches.install(params.WorkerStart(kill_orphans=True, new_session=False)) is None
     SubprocessHandler._popen(object(), ("python", "-u", "t.py"), {})  # type: ignore[arg-type]
     assert started == [
         "watcher",
@@ -374,7 +386,7 @@ def test_worker_start_registers_and_hands_workers_to_the_watcher(
     patches.restore_all()
     started.clear()
     monkeypatch.setattr(SubprocessHandler, "_popen", popen)
-    assert patches.install("worker_start", {"kill_orphans": False, "new_session": False}) is None
+    assert patches.install(params.WorkerStart(kill_orphans=False, new_session=False)) is None
     SubprocessHandler._popen(object(), ("python", "t.py"), {})  # type: ignore[arg-type]
     assert started == [("python", "t.py"), ("registered", 424242)], "no watcher when it is off"
 
@@ -405,7 +417,7 @@ def test_worker_start_new_session_only_for_the_known_popen_of_torch_before_2_2(
     monkeypatch.setattr(subprocess, "Popen", fake_popen)
     monkeypatch.setattr(workers, "register", lambda proc: None)
     monkeypatch.setattr(SubprocessHandler, "_popen", old_popen)
-    assert patches.install("worker_start", {"kill_orphans": False, "new_session": True}) is None
+    assert patches.install(params.WorkerStart(kill_orphans=False, new_session=True)) is None
     SubprocessHandler._popen(Handler(), ("python", "t.py"), {"A": "1"})  # type: ignore[arg-type]
     assert calls == [
         {
@@ -422,7 +434,7 @@ def test_worker_start_new_session_only_for_the_known_popen_of_torch_before_2_2(
         return subprocess.Popen(args, env=env, cwd="/")
 
     monkeypatch.setattr(SubprocessHandler, "_popen", other_popen)
-    reason = patches.install("worker_start", {"kill_orphans": False, "new_session": True})
+    reason = patches.install(params.WorkerStart(kill_orphans=False, new_session=True))
     assert reason is not None and "expected subprocess, Popen, _stdout, _stderr" in reason
 
 
@@ -436,10 +448,45 @@ def test_forward_signals_passes_the_signal_on_and_is_undone(
     sent: list[int] = []
     monkeypatch.setattr(workers, "signal_all", lambda signum: sent.append(signum) or 3)
     before = signal.getsignal(signal.SIGUSR2)
-    assert patches.install("forward_signals", {"signals": ["SIGUSR2"]}) is None
+    assert patches.install(params.ForwardSignals(signals=("SIGUSR2",))) is None
     handler = signal.getsignal(signal.SIGUSR2)
     assert callable(handler)
     handler(signal.SIGUSR2, None)  # type: ignore[operator]
     assert sent == [signal.SIGUSR2]
     patches.restore_all()
     assert signal.getsignal(signal.SIGUSR2) == before
+
+
+def test_the_agent_side_patches_configure_the_same_in_every_order() -> None:
+    """Installed in any order, the agent-side patches leave the same job watch (before, the
+    peer timeout reached the store connection only when peer_watch came first)."""
+    import itertools
+
+    from torchrun_jsc.runtime import session
+    from torchrun_jsc.runtime.node import Node
+
+    node = Node(hostname="node1", node_rank=1, store_host="node0i", store_port=29500, run_id="9")
+    specs = [
+        params.WorkerStart(kill_orphans=False, new_session=False),
+        params.ForwardSignals(signals=("SIGUSR2",)),
+        params.TermGrace(seconds=4.0),
+        params.PeerWatch(timeout=12.0, node=node),
+        params.FailureReport(node=node),
+        params.WaitForHost(endpoint="node0i:29500", wait=60.0),
+        params.RankOrder(node_rank=1),
+    ]
+    seen = set()
+    try:
+        for order in itertools.permutations(specs):
+            for spec in order:
+                assert patches.install(spec) is None, spec
+            watch = session.SESSION
+            protocol = watch._connect()
+            assert protocol is not None
+            seen.add((watch.node, watch.config, protocol.store.timeout))  # type: ignore[attr-defined]
+            patches.restore_all()
+    finally:
+        patches.restore_all()
+    [(found_node, config, timeout)] = seen
+    assert found_node == node and timeout == 12.0
+    assert config.peer_timeout == 12.0 and config.report and config.hostname == "node1"

@@ -66,7 +66,7 @@ def patch_names(p: Plan) -> Tuple[str, ...]:
 
 
 def start_patches(p: Plan) -> list[tuple[str, dict[str, object]]]:
-    return [(s.name, s.kwargs) for s in p.patches if s.name not in lifecycle.PATCHES]
+    return [(s.name, s.data) for s in p.patches if s.name not in lifecycle.PATCHES]
 
 
 def script_args(p: Plan) -> list[str]:
@@ -103,7 +103,7 @@ def test_every_version_advertises_own_ib_address(version: str, node_id: int) -> 
     if patch is None:
         assert advertise == []
     else:
-        assert [(s.name, s.kwargs) for s in advertise] == [(patch, {"address": ib(node_id)})]
+        assert [(s.name, s.data) for s in advertise] == [(patch, {"address": ib(node_id)})]
     assert p.is_host is (node_id == 0)
     assert f"--rdzv_conf=is_host={int(node_id == 0)}" in p.added_args
     expected_env = {"GLOO_SOCKET_IFNAME": "ib", "NCCL_SOCKET_IFNAME": "ib"}
@@ -456,7 +456,7 @@ def test_prefer_arg_patching_off_patches_host_matcher(this_node: int) -> None:
     p = plan(env=env, facts=node(this_node))
     assert not any(a.startswith("--rdzv_conf") for a in p.added_args)
     matcher = [s for s in p.patches if s.name == "host_matcher"]
-    assert [s.kwargs for s in matcher] == [{"host": "node0i", "is_local": this_node == 0}]
+    assert [s.data for s in matcher] == [{"host": "node0i", "is_local": this_node == 0}]
     assert p.is_host is (this_node == 0), "node ranks are not used"
 
 

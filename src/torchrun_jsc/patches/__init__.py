@@ -9,31 +9,14 @@ with a warning, never crashed. :func:`install` dispatches by name; :data:`NAMES`
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Dict, Optional
+from typing import Callable, Optional
 
 from ..errors import PatchDeclinedError
 from ._common import Check, restore_all
+from .params import AGENT_SIDE, REGISTRY, Params, name_of
 
-#: The patches that act after the start (decided in :mod:`torchrun_jsc.lifecycle`).
-AGENT_SIDE = (
-    "worker_start",
-    "forward_signals",
-    "term_grace",
-    "peer_watch",
-    "failure_report",
-    "wait_for_host",
-    "rank_order",
-)
-#: Every patch module; the plan and the version table refer to patches by these names.
-NAMES = (
-    "fq_hostname",
-    "store_info_build",
-    "node_desc",
-    "host_matcher",
-    "std_from_str",
-    "keep_rendezvous",
-    *AGENT_SIDE,
-)
+#: Every patch module (:data:`~torchrun_jsc.patches.params.REGISTRY` holds their parameters).
+NAMES = tuple(REGISTRY)
 
 __all__ = ["AGENT_SIDE", "NAMES", "Check", "checks_of", "install", "restore_all"]
 
@@ -45,14 +28,12 @@ def checks_of(name: str) -> tuple[Check, ...]:
     return checks
 
 
-def install(name: str, params: Dict[str, Any]) -> Optional[str]:
-    """Install patch ``name``; returns None, or the reason it declined."""
-    if name not in NAMES:
-        return f"unknown patch {name!r}"
-    module = importlib.import_module(f"{__name__}.{name}")
+def install(params: Params) -> Optional[str]:
+    """Install the patch ``params`` are for; returns None, or the reason it declined."""
+    module = importlib.import_module(f"{__name__}.{name_of(params)}")
     installer: Callable[..., None] = module.install
     try:
-        installer(**params)
+        installer(**params._asdict())
     except PatchDeclinedError as exc:
         return str(exc)
     return None

@@ -7,6 +7,7 @@ import functools
 from typing import Any
 
 from ..runtime import session
+from ..runtime.node import Node
 from ._common import Check, on_restore, replace, verified
 
 _API = "torch.distributed.elastic.agent.server.api"
@@ -39,7 +40,7 @@ def install() -> None:
     replace(m_owner, m_attr, _monitor_workers)
 
 
-def configure(node: session.Node, peer_timeout: float = 0.0, report: bool = False) -> None:
+def configure(node: Node, peer_timeout: float = 0.0, report: bool = False) -> None:
     """Configure this process's job watch; undone (a fresh session) by ``restore_all``."""
     session.SESSION.configure(node, peer_timeout=peer_timeout, report=report)
     on_restore(session.reset)

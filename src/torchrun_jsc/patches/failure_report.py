@@ -4,15 +4,13 @@ naming the job's first failure (:mod:`torchrun_jsc.runtime.report`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..runtime import session
+from ..runtime.node import Node
 from . import _agent_hooks
 
 CHECKS = _agent_hooks.CHECKS
 
 
-def install(**node: Any) -> None:
-    """Record failures and print the first one last (``node``: session Node fields)."""
+def install(node: Node) -> None:
+    """Record failures and print the first one last."""
     _agent_hooks.install()
-    _agent_hooks.configure(session.Node(**node), report=True)
+    _agent_hooks.configure(node, report=True)

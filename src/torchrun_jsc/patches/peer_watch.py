@@ -4,15 +4,13 @@ minute, naming the node (:mod:`torchrun_jsc.runtime.session`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..runtime import session
+from ..runtime.node import Node
 from . import _agent_hooks
 
 CHECKS = _agent_hooks.CHECKS
 
 
-def install(timeout: float, **node: Any) -> None:
-    """Watch the other nodes (``node``: :class:`~torchrun_jsc.runtime.session.Node` fields)."""
+def install(timeout: float, node: Node) -> None:
+    """Watch the other nodes."""
     _agent_hooks.install()
-    _agent_hooks.configure(session.Node(**node), peer_timeout=timeout)
+    _agent_hooks.configure(node, peer_timeout=timeout)

@@ -39,33 +39,19 @@ import os
 import sys
 import threading
 import time
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from . import failures, heartbeats, timing, watch, workers
 from .beating import Heartbeats, Round, watch_store
 from .bounded import bounded, in_flight
 from .jobstore import JobStore
 from .ledger import LastLine, Ledger, say
+from .node import Node
 from .protocol import JobProtocol
 from .watch import Action, Config, Event, Phase, State
 
 #: Default grace between SIGTERM and SIGKILL (torch's own).
 TORCH_GRACE = 30.0
-
-
-class Node(NamedTuple):
-    """What the plan knows about this node (``store_host`` None: no rendezvous store to use,
-    e.g. ``--standalone``: the failure report then covers this node only)."""
-
-    hostname: str
-    node_rank: Optional[int] = None
-    is_host: Optional[bool] = None
-    endpoint: str = ""
-    store_host: Optional[str] = None
-    store_port: int = 0
-    run_id: str = ""
-    elastic: bool = False
-    grace: Optional[float] = None
 
 
 class Session:

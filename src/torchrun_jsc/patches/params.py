@@ -1,0 +1,172 @@
+"""Every runtime patch's name and the typed parameters it is installed with: the one registry
+the plan, the version table, explain and :func:`torchrun_jsc.patches.install` share. Light on
+purpose (no torch, no patch module imported): the plan builds these on every launch."""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Tuple, Type, Union
+
+from ..runtime.node import Node
+
+
+class FqHostname(NamedTuple):
+    """``fq_hostname``: ``_get_fq_hostname()`` returns ``address`` (torch < 2.4)."""
+
+    address: str
+
+
+class StoreInfoBuild(NamedTuple):
+    """``store_info_build``: group rank 0 publishes ``address`` as MASTER_ADDR (torch 2.4)."""
+
+    address: str
+
+
+class NodeDesc(NamedTuple):
+    """``node_desc``: this node's descriptor defaults ``local_addr`` to ``address``."""
+
+    address: str
+
+
+class HostMatcher(NamedTuple):
+    """``host_matcher``: torch's host recognition answers ``is_local`` for ``host``."""
+
+    host: str
+    is_local: bool
+
+
+class StdFromStr(NamedTuple):
+    """``std_from_str``: torch < 2.0 reads ``--redirects``/``--tee`` on Python >= 3.11."""
+
+
+class KeepRendezvous(NamedTuple):
+    """``keep_rendezvous``: torch 2.3 keeps the rendezvous open when it restarts workers."""
+
+
+class WorkerStart(NamedTuple):
+    """``worker_start``: workers registered, handed to the orphan watcher, own session."""
+
+    kill_orphans: bool
+    new_session: bool
+
+
+class ForwardSignals(NamedTuple):
+    """``forward_signals``: ``signals`` (names) passed on to the workers."""
+
+    signals: Tuple[str, ...]
+
+
+class TermGrace(NamedTuple):
+    """``term_grace``: ``seconds`` between SIGTERM and SIGKILL."""
+
+    seconds: float
+
+
+class PeerWatch(NamedTuple):
+    """``peer_watch``: heartbeats; a member quiet for ``timeout`` seconds is lost."""
+
+    timeout: float
+    node: Node
+
+
+class FailureReport(NamedTuple):
+    """``failure_report``: every agent ends with the job's first failure."""
+
+    node: Node
+
+
+class WaitForHost(NamedTuple):
+    """``wait_for_host``: wait up to ``wait`` seconds for the host at ``endpoint``."""
+
+    endpoint: str
+    wait: float
+
+
+class RankOrder(NamedTuple):
+    """``rank_order``: group ranks follow ``node_rank``."""
+
+    node_rank: int
+
+
+Params = Union[
+    FqHostname,
+    StoreInfoBuild,
+    NodeDesc,
+    HostMatcher,
+    StdFromStr,
+    KeepRendezvous,
+    WorkerStart,
+    ForwardSignals,
+    TermGrace,
+    PeerWatch,
+    FailureReport,
+    WaitForHost,
+    RankOrder,
+]
+
+#: Patch name (its module in :mod:`torchrun_jsc.patches`) -> its parameters.
+REGISTRY: Dict[str, Type[Params]] = {
+    "fq_hostname": FqHostname,
+    "store_info_build": StoreInfoBuild,
+    "node_desc": NodeDesc,
+    "host_matcher": HostMatcher,
+    "std_from_str": StdFromStr,
+    "keep_rendezvous": KeepRendezvous,
+    "worker_start": WorkerStart,
+    "forward_signals": ForwardSignals,
+    "term_grace": TermGrace,
+    "peer_watch": PeerWatch,
+    "failure_report": FailureReport,
+    "wait_for_host": WaitForHost,
+    "rank_order": RankOrder,
+}
+_NAMES = {kind: name for name, kind in REGISTRY.items()}
+
+#: The patches that act after the start (decided in :mod:`torchrun_jsc.lifecycle`).
+AGENT_SIDE = (
+    "worker_start",
+    "forward_signals",
+    "term_grace",
+    "peer_watch",
+    "failure_report",
+    "wait_for_host",
+    "rank_order",
+)
+
+
+def name_of(params: Params) -> str:
+    """The patch ``params`` are for."""
+    return _NAMES[type(params)]
+
+
+def name_of_type(kind: Type[Params]) -> str:
+    """The patch whose parameters are ``kind``."""
+    return _NAMES[kind]
+
+
+class PatchSpec(NamedTuple):
+    """A runtime patch to install: its typed parameters, and why."""
+
+    params: Params
+    reason: str = ""
+
+    @property
+    def name(self) -> str:
+        """The patch's module name in :mod:`torchrun_jsc.patches`."""
+        return name_of(self.params)
+
+    @property
+    def data(self) -> Dict[str, object]:
+        """The parameters as plain data (explain)."""
+        return as_data(self.params)
+
+
+def as_data(params: Params) -> Dict[str, object]:
+    """``params`` as plain data (the node as a dict, sequences as lists), for explain."""
+    data: Dict[str, object] = {}
+    for key, value in params._asdict().items():
+        if isinstance(value, Node):
+            value = value._asdict()
+        elif isinstance(value, tuple):
+            value = list(value)
+        data[key] = value
+    return data
