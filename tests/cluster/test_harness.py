@@ -31,6 +31,7 @@ from tests.cluster.scenarios import (
     on_each_node,
     torchrun_argv,
 )
+from tests.cluster.system import cmdline, proc_state
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
@@ -166,6 +167,12 @@ def _leftovers(c: Cluster, daemon_pids: list[int], before_tmp: set[str]) -> list
     return found
 
 
+def _down_from_another_process(c: Cluster) -> None:
+    """``python -m tests.cluster.harness down --workdir <c's workdir>``, which must succeed."""
+    argv = [sys.executable, "-m", "tests.cluster.harness", "down", "--workdir", str(c.workdir)]
+    subprocess.run(argv, cwd=REPO, check=True, capture_output=True, timeout=60)
+
+
 @pytest.mark.parametrize("how", ["down", "munge", "exception", "other-process"])
 def test_teardown_leaves_nothing(how: str) -> None:
     before_tmp = set(os.listdir(tempfile.gettempdir()))
@@ -185,20 +192,7 @@ def test_teardown_leaves_nothing(how: str) -> None:
         if how == "other-process":
             state = json.loads((c.workdir / "state.json").read_text())  # type: ignore[operator]
             assert {"routes", "netns", "links", "pids", "etc_netns"} <= set(state)
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.cluster.harness",
-                    "down",
-                    "--workdir",
-                    str(c.workdir),
-                ],
-                cwd=REPO,
-                check=True,
-                capture_output=True,
-                timeout=60,
-            )
+            _down_from_another_process(c)
             assert not _leftovers(c, pids, before_tmp)
     leftover.wait(5)
     assert not _leftovers(c, pids, before_tmp)
@@ -259,18 +253,25 @@ def test_ignored_sigint_leaves_the_cluster_up() -> None:
     assert not _leftovers(c, pids, before_tmp), err
 
 
-def test_sixteen_nodes(make_cluster) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("n", [5, 16])
+def test_sizes(make_cluster, n: int) -> None:  # type: ignore[no-untyped-def]
+    """make_cluster(nodes=n) gives n nodes: each runs a step of srun -N<n> and resolves its
+    IPv6 name; the mgmt cells split n // 2 + the rest (5: an odd size, as with spares)."""
     t0 = time.monotonic()
-    c = make_cluster(nodes=16, prefix="trjx")
+    c = make_cluster(nodes=n, prefix="trjx")
     up = time.monotonic() - t0
-    r = c.srun(["bash", "-c", 'echo "$(hostname) $SLURM_NODEID $(getent hosts $(hostname)i6)"'])
-    assert r.returncode == 0, describe(r)
+    assert c.nodes == n and f"NodeName=node[0-{n - 1}] " in c.slurm_conf.read_text()
+    show = 'echo "$(hostname) $SLURM_NODEID $(getent hosts $(hostname)i6)"'
+    r = c.srun(["bash", "-c", show], nodes=n)
+    assert r.returncode == 0 and r.args[:2] == ["srun", f"-N{n}"], describe(r)
     lines = sorted(
         (" ".join(v.split()) for v in split_labeled(r.stdout).values()),
         key=lambda s: int(s.split()[1]),
     )
-    assert lines == [f"node{i} {i} fd00:78::{10 + i} node{i}i6" for i in range(16)], describe(r)
-    print(f"16 nodes up in {up:.1f}s, srun -N16 {r.elapsed:.1f}s")
+    assert lines == [f"node{i} {i} fd00:78::{10 + i} node{i}i6" for i in range(n)], describe(r)
+    cells = [Path(f"/sys/class/net/{c.prefix}{i}m/master").resolve().name for i in range(n)]
+    assert cells == [f"{c.prefix}mgmtA"] * (n // 2) + [f"{c.prefix}mgmtB"] * (n - n // 2), cells
+    print(f"{n} nodes up in {up:.1f}s, srun -N{n} {r.elapsed:.1f}s")
     c.down()
 
 
@@ -336,29 +337,15 @@ time.sleep(300)
 """
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
 def _wait_for_cmdline(c: Cluster, i: int, text: str, timeout: float = 30) -> bool:
     """Wait until a process on node ``i`` has ``text`` in its command line."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         r = subprocess.run(["ip", "netns", "pids", c.node_ns(i)], capture_output=True, text=True)
-        if any(text in _cmdline(int(q)) for q in r.stdout.split()):
+        if any(text in cmdline(int(q)) for q in r.stdout.split()):
             return True
         time.sleep(0.1)
     return False
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return "gone"
 
 
 @pytest.mark.parametrize("how", ["thaw", "down", "other-process"])
@@ -381,31 +368,18 @@ def test_freeze_node(how: str, tmp_path: Path) -> None:
         frozen = c.freeze_node(1)
         pids += [p.pid, bystander.pid, *frozen]
         assert p.pid in frozen and slurmd1 not in frozen and bystander.pid not in frozen
-        names = sorted(_cmdline(q).split()[0] for q in frozen)
+        names = sorted(cmdline(q).split()[0] for q in frozen)
         assert names == ["/bin/sh", str(c.python), "sleep", "slurmstepd:"], names
-        assert {_state(q) for q in frozen} == {"T"}, {q: _state(q) for q in frozen}
-        assert _state(slurmd1) in ("S", "R") and _state(bystander.pid) in ("S", "R")
+        assert {proc_state(q) for q in frozen} == {"T"}, {q: proc_state(q) for q in frozen}
+        assert proc_state(slurmd1) in ("S", "R") and proc_state(bystander.pid) in ("S", "R")
         r = c.srun(["hostname"])  # slurmd on the frozen node still serves new steps
         assert sorted(split_labeled(r.stdout).values()) == ["node0", "node1"], describe(r)
         assert c.login(["squeue", "-h", "-j", jobid, "-o", "%T"]).stdout.strip() == "RUNNING"
         if how == "thaw":
             assert c.thaw_node(1) == sorted(frozen)
-            assert "T" not in {_state(q) for q in frozen}
+            assert "T" not in {proc_state(q) for q in frozen}
         elif how == "other-process":
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.cluster.harness",
-                    "down",
-                    "--workdir",
-                    str(c.workdir),
-                ],
-                cwd=REPO,
-                check=True,
-                capture_output=True,
-                timeout=60,
-            )
+            _down_from_another_process(c)
     p.communicate(timeout=5)
     assert mark.read_text() == "term"  # continued before SIGTERM, not killed after the grace
     assert not _leftovers(c, pids, before_tmp)
@@ -478,54 +452,3 @@ def test_delayed_start(cluster: Cluster) -> None:
     assert starts[0] - starts[1] >= 1.4, describe(res)
     out, _ = p.communicate(timeout=10)
     assert p.returncode == 0 and float(out) - wall >= 1.4, out
-
-
-_AFFINITY = (
-    "import os; print('cpus', os.environ['SLURM_CPUS_PER_TASK'], len(os.sched_getaffinity(0)))"
-)
-
-
-def _affinity_job(c: Cluster) -> dict[str, list[str]]:
-    """An ``sbatch --cpus-per-task=2`` job on every node: what its batch shell, a plain srun
-    and an srun with SRUN_CPUS_PER_TASK exported see (``cpus <SLURM_CPUS_PER_TASK> <n>``)."""
-    show = f'{c.python} -c "{_AFFINITY}"'
-    script = c.workdir / "affinity.sbatch"  # type: ignore[operator]
-    script.write_text(
-        "#!/bin/bash\n"
-        f'echo "batch $({show})"\n'
-        f"srun --label {show} | sed 's/^/plain /'\n"
-        "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\n"
-        f"srun --label {show} | sed 's/^/exported /'\n"
-    )
-    args = [f"-N{c.nodes}", "--ntasks-per-node=1", "--cpus-per-task=2"]
-    jobid = c.sbatch(script, sbatch_args=args)
-    state = c.wait_job(jobid, timeout=60)
-    out = c.job_output_path(jobid).read_text()
-    assert state == ("COMPLETED", 0), out
-    seen: dict[str, list[str]] = {}
-    for ln in out.splitlines():
-        kind, _, rest = ln.partition(" ")
-        seen.setdefault(kind, []).append(rest.split(": ")[-1])
-    return seen
-
-
-def test_task_affinity_binds_to_the_step_cpus() -> None:
-    """The Slurm >= 22.05 pitfall: srun in an --cpus-per-task=2 job gives each task one CPU
-    (SLURM_CPUS_PER_TASK still says 2) unless SRUN_CPUS_PER_TASK is exported."""
-    with Cluster(nodes=2, prefix=free_prefix("trja"), task_plugin="affinity") as c:
-        conf = c.slurm_conf.read_text()
-        assert "TaskPlugin=task/affinity\nTaskPluginParam=Cores\n" in conf
-        seen = _affinity_job(c)
-    assert seen == {
-        "batch": ["cpus 2 2"],
-        "plain": ["cpus 2 1"] * 2,
-        "exported": ["cpus 2 2"] * 2,
-    }, seen
-
-
-def test_task_none_leaves_tasks_unbound(cluster: Cluster) -> None:
-    assert _affinity_job(cluster) == {
-        "batch": ["cpus 2 2"],
-        "plain": ["cpus 2 2"] * 4,
-        "exported": ["cpus 2 2"] * 4,
-    }
