@@ -65,8 +65,28 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         sys.exit(run_preflight(prepared))
     carry_out(plan)
     from torch.distributed import run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    run.main(list(plan.argv))
+    try:
+        run.main(list(plan.argv))
+    except SignalException as exc:
+        if not any(p.name == "stop_signal" for p in plan.patches):
+            raise
+        _stopped_by(int(exc.sigval), env)
+
+
+def _stopped_by(sigval: int, env: Mapping[str, str]) -> NoReturn:
+    """The one line of an agent stopped by a signal (torch has stopped the workers), then
+    torch's exit code; the job watch's last line, if any, follows at the exit."""
+    import time
+
+    from .runtime import signalled
+
+    job = env.get("SLURM_JOB_ID")
+    state = signalled.ask_slurm(job) if job else None
+    print(signalled.line(sigval, env, state, time.monotonic()), file=sys.stderr, flush=True)
+    signalled.ignore_further()
+    sys.exit(signalled.EXIT_CODE)
 
 
 def _import_torch() -> None:

@@ -10,6 +10,7 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 | grace between SIGTERM and SIGKILL | ``term_grace`` | when ``TORCHRUN_JSC_TERM_GRACE`` is set |
 | lost nodes stop the job | ``peer_watch`` | multi-node c10d launches torchrun_jsc fixes |
 | the job's first failure, last line | ``failure_report`` | every launch |
+| a stop by a signal, one line | ``stop_signal`` | every launch (with the failure report) |
 | wait for a late rendezvous host | ``wait_for_host`` | nodes that do not host the store |
 | group ranks in node order | ``rank_order`` | multi-node c10d launches with a node rank |
 """
@@ -108,6 +109,13 @@ def plan_agent_side(
         scope = "the whole job" if fixing else "this node (no shared rendezvous store)"
         side.patch(params.FailureReport(node=node), f"the first failure of {scope}")
         side.decide("failure report", "on", f"last line names the first failure of {scope}")
+        side.patch(params.StopSignal(), "one line instead of torch's traceback")
+        side.decide(
+            "stop by a signal",
+            "one line",
+            "SIGTERM/SIGINT/SIGHUP/SIGQUIT: the signal, its cause when Slurm knows it, and how"
+            " long the workers took to end; a second signal does not cut torch's shutdown short",
+        )
     else:
         side.decide("failure report", "off", "TORCHRUN_JSC_FAILURE_REPORT=0")
     if fixing:

@@ -74,6 +74,11 @@ class FailureReport(NamedTuple):
     node: Node
 
 
+class StopSignal(NamedTuple):
+    """``stop_signal``: a stop by a signal is one line, and a second signal does not interrupt
+    torch's shutdown of the workers."""
+
+
 class WaitForHost(NamedTuple):
     """``wait_for_host``: wait up to ``wait`` seconds for the host at ``endpoint``."""
 
@@ -99,6 +104,7 @@ Params = Union[
     TermGrace,
     PeerWatch,
     FailureReport,
+    StopSignal,
     WaitForHost,
     RankOrder,
 ]
@@ -116,6 +122,7 @@ REGISTRY: Dict[str, Type[Params]] = {
     "term_grace": TermGrace,
     "peer_watch": PeerWatch,
     "failure_report": FailureReport,
+    "stop_signal": StopSignal,
     "wait_for_host": WaitForHost,
     "rank_order": RankOrder,
 }
@@ -128,6 +135,7 @@ AGENT_SIDE = (
     "term_grace",
     "peer_watch",
     "failure_report",
+    "stop_signal",
     "wait_for_host",
     "rank_order",
 )

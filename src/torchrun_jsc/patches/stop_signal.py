@@ -1,0 +1,32 @@
+"""All versions: a stop by a signal ends the agent with one line. Only the first SIGTERM,
+SIGINT, SIGHUP or SIGQUIT raises torch's ``SignalException``; later ones, while torch stops
+the workers, are noted and do not interrupt that shutdown (:mod:`torchrun_jsc.runtime.signalled`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..runtime import signalled
+from ._common import Check, replace, verified
+
+CHECKS = (
+    Check(
+        "torch.distributed.elastic.multiprocessing.api",
+        "_terminate_process_handler",
+        (("signum", "frame"),),
+    ),
+)
+
+
+def install() -> None:
+    """Wrap torch's termination handler (registered by name each time workers start)."""
+    [(owner, attr, original)] = verified(CHECKS)
+
+    @functools.wraps(original)
+    def _terminate_process_handler(signum: int, frame: Any) -> None:
+        if signalled.note(signum):
+            original(signum, frame)  # raises SignalException: torch stops the workers
+
+    replace(owner, attr, _terminate_process_handler)

@@ -1,0 +1,65 @@
+"""Slurm stops the job (scancel): every node ends with one line naming the signal and Slurm's
+cause, no traceback, its workers stopped, exit code 1 (torch's)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.cluster.harness import Cluster
+from tests.cluster.scenarios import torchrun_argv
+
+pytestmark = pytest.mark.cluster
+
+
+def test_scancel_is_one_line_per_node(main_cluster: Cluster) -> None:
+    script = main_cluster.workdir / "cancel.sbatch"  # type: ignore[operator]
+    command = " ".join(
+        torchrun_argv(
+            main_cluster.python,
+            "4",
+            "node0i:29500",
+            "join_timeout=90,read_timeout=60",
+            (),
+            module="torchrun_jsc",
+        )
+    )
+    # each task's output straight to a file of its own (slurmstepd writes it, not srun, which
+    # the cancel ends too)
+    task_out = main_cluster.workdir / "cancel-%t.out"  # type: ignore[operator]
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"
+        "export TRJSC_TRAIN_SECONDS=300 TRJSC_PG_TIMEOUT=1800\n"
+        f"srun --output={task_out} --error={task_out}"
+        f" bash -c 'TORCHRUN_JSC_NODE_RANK=$SLURM_NODEID exec \"$@\"' x {command}\n"
+    )
+    jobid = main_cluster.sbatch(script)
+    outs = [main_cluster.workdir / f"cancel-{i}.out" for i in range(4)]  # type: ignore[operator]
+
+    def texts() -> list[str]:
+        return [p.read_text() if p.exists() else "" for p in outs]
+
+    deadline = time.monotonic() + 150
+    while sum("TRJSC_TRAINING" in t for t in texts()) < 4:
+        assert time.monotonic() < deadline, "\n".join(texts())[-4000:]
+        time.sleep(0.5)
+    cancelled = main_cluster.login(["scancel", jobid], timeout=30)
+    assert cancelled.returncode == 0, cancelled.output
+    state, _ = main_cluster.wait_job(jobid, timeout=150)
+    assert state == "CANCELLED", "\n".join(texts())[-4000:]
+    deadline = time.monotonic() + 30  # the agents end within their bounded exit
+    while sum("torchrun_jsc: stopped by" in t for t in texts()) < 4:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for node, text in enumerate(texts()):
+        lines = re.findall(r"^torchrun_jsc: stopped by .*$", text, re.M)
+        assert len(lines) == 1, f"node{node}:\n{text[-4000:]}"
+        assert lines[0].startswith(
+            "torchrun_jsc: stopped by SIGTERM from Slurm (the job was cancelled (scancel) or lost"
+            " a node);"
+            " workers ended after "
+        ), f"node{node}:\n{text[-4000:]}"
+        assert "Traceback" not in text and "Logging error" not in text, text[-6000:]
