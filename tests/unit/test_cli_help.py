@@ -80,6 +80,10 @@ def test_the_repository_url_has_one_value_everywhere() -> None:
     assert urls["Documentation"] == f"{cli.REPOSITORY}/tree/main/docs"
     assert urls["Changelog"] == f"{cli.REPOSITORY}/blob/main/CHANGELOG.md"
     assert urls["Issues"] == f"{cli.REPOSITORY}/issues"
+    sys.path.insert(0, str(REPO / "scripts"))
+    import check_docs
+
+    assert check_docs.REPOSITORY == cli.REPOSITORY
 
 
 # --------------------------------------------------------------------------- TORCHRUN_JSC_EXPLAIN=1
