@@ -359,11 +359,11 @@ VARIABLES: Tuple[Variable, ...] = (
         "USR1,USR2",
         "a comma-separated list of USR1, USR2, or 'none'",
         (
-            "Signals the agent passes on to every worker, training going on (torch would die "
-            "of them "
-            "and leave the workers running). A signal torch is told to handle "
-            "(`--signals-to-handle`,"
-            " 2.10+) stays torch's."
+            "Signals the agent passes on to every worker instead of dying of them (torch would, "
+            "and leave the workers running). Training goes on only where the script handles the "
+            "signal (`signal.signal(signal.SIGUSR1, handler)`); a worker without a handler dies "
+            "of it (Python's default) and the job fails. A signal torch is told to handle "
+            "(`--signals-to-handle`, 2.10+) stays torch's."
         ),
         short="`USR1`, `USR2`, both (comma-separated), `none`",
     ),
