@@ -8,10 +8,14 @@ Checks README.md, CHANGELOG.md and docs/*.md (or the files named on the command 
 * every relative link (``[text](path)``, ``[text](path#anchor)``, ``[ref]: path``) names a file
   or folder of the repository, and an anchor names a heading of the target markdown file (the
   anchor GitHub makes of it) or an explicit ``id``/``name``;
+* a link into this repository on GitHub (:data:`REPOSITORY` ``/blob/main/<path>#anchor`` or
+  ``/tree/main/<path>``) is checked against this checkout the same way (file, anchor);
 * no link points outside the repository (an absolute path, ``file:``, ``..`` past the root),
-  and no text names a path on the development machine (:data:`MACHINE_PREFIXES`).
+  and no text names a path on the development machine (:data:`MACHINE_PREFIXES`);
+* README.md is also the package index page, where relative links lead nowhere: every link in it
+  is absolute, and it quotes no commit (which commit ran what is docs/compatibility.md's).
 
-Links with a scheme (``https:``, ``mailto:``) are not followed: the check needs no network.
+Other links with a scheme (``https:``, ``mailto:``) are not followed: the check needs no network.
 Exit code 0 when everything is fine, 1 with one ``FILE:LINE: problem`` line per problem.
 Python standard library only.
 """
@@ -31,6 +35,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GLOBS = ("README.md", "CHANGELOG.md", "docs/*.md")
 #: Path prefixes of the development machine; documentation must not send readers there.
 MACHINE_PREFIXES = ("/work/",)
+#: The project's source repository (``[project.urls]`` in pyproject.toml).
+REPOSITORY = "https://github.com/HelmholtzAI-FZJ/torchrun_jsc"
+#: Links into this checkout as GitHub shows it: ``<prefix><path>#anchor``.
+REPOSITORY_PREFIXES = (f"{REPOSITORY}/blob/main/", f"{REPOSITORY}/tree/main/")
+#: The README the package index shows (``readme`` in pyproject.toml), relative to the root.
+PACKAGE_README = "README.md"
 
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<run>`{3,}|~{3,})(?P<rest>.*)$")
 _HEADING = re.compile(r"^\s{0,3}(?P<marks>#{1,6})(?:\s+(?P<text>.*?))?\s*$")
@@ -40,6 +50,8 @@ _REF_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*(?P<target><[^>]*>|\S+)")
 _HTML_ID = re.compile(r"<[a-zA-Z][^>]*?\s(?:id|name)\s*=\s*[\"'](?P<id>[^\"']+)[\"']")
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 _MACHINE_PATH = re.compile("|".join(re.escape(p) for p in MACHINE_PREFIXES))
+# 7 to 40 hex digits with at least one digit and one letter: an abbreviated or full commit.
+_COMMIT = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 
 
 @dataclass(frozen=True)
@@ -199,7 +211,8 @@ def anchors(lines: Sequence[str]) -> Set[str]:
 
 
 def link_problems(path: Path, lines: Sequence[str], root: Path) -> List[Tuple[int, str]]:
-    """``(line number, message)`` for every link that leads nowhere or out of ``root``."""
+    """``(line number, message)`` for every link that leads nowhere or out of ``root``; links
+    into :data:`REPOSITORY` are resolved against ``root``."""
     problems: List[Tuple[int, str]] = []
     root = root.resolve()
     for link in links(lines):
@@ -207,16 +220,22 @@ def link_problems(path: Path, lines: Sequence[str], root: Path) -> List[Tuple[in
         if target.lower().startswith("file:"):
             problems.append((link.line, f"link {target!r} points at a file outside the repository"))
             continue
-        if _SCHEME.match(target):
+        base = path.parent
+        prefix = next((p for p in REPOSITORY_PREFIXES if target.startswith(p)), None)
+        if prefix is not None:
+            base, relative = root, target[len(prefix) :]
+        elif _SCHEME.match(target):
             continue  # https:, mailto:, ...: not followed (no network)
-        where, _, anchor = target.partition("#")
+        else:
+            relative = target
+        where, _, anchor = relative.partition("#")
         where = unquote(where)
         if where.startswith("/"):
             problems.append(
                 (link.line, f"link {target!r} is an absolute path, outside the repository")
             )
             continue
-        resolved = (path.parent / where).resolve() if where else path.resolve()
+        resolved = (base / where).resolve() if where else path.resolve()
         try:
             resolved.relative_to(root)
         except ValueError:
@@ -231,6 +250,33 @@ def link_problems(path: Path, lines: Sequence[str], root: Path) -> List[Tuple[in
                 problems.append(
                     (link.line, f"link {target!r}: no heading in {resolved.name} has #{anchor}")
                 )
+    return problems
+
+
+def package_page_problems(lines: Sequence[str]) -> List[Tuple[int, str]]:
+    """``(line number, message)`` for what breaks or does not belong on the package index page
+    (:data:`PACKAGE_README`): a relative link, a quoted commit."""
+    problems: List[Tuple[int, str]] = []
+    for link in links(lines):
+        if _SCHEME.match(link.target):
+            continue
+        where = link.target if not link.target.startswith("#") else PACKAGE_README + link.target
+        problems.append(
+            (
+                link.line,
+                f"link {link.target!r} is relative, and leads nowhere on the package index"
+                f" page; write it absolute: {REPOSITORY_PREFIXES[0]}{where}",
+            )
+        )
+    for number, text in prose_lines(lines):
+        for match in _COMMIT.finditer(text):
+            problems.append(
+                (
+                    number,
+                    f"{PACKAGE_README} quotes commit {match.group(0)}: which commit ran what"
+                    " belongs in docs/compatibility.md",
+                )
+            )
     return problems
 
 
@@ -258,6 +304,8 @@ def check_file(path: Path, root: Path) -> List[Problem]:
     """Every problem of one markdown file; links resolve against ``root``."""
     lines = _read(path)
     found = fence_problems(lines) + link_problems(path, lines, root) + machine_path_problems(lines)
+    if path.resolve() == (root / PACKAGE_README).resolve():
+        found += package_page_problems(lines)
     return [Problem(path, line, message) for line, message in sorted(found, key=lambda f: f[0])]
 
 

@@ -13,9 +13,12 @@ from typing import List, Mapping, NoReturn, Optional
 
 from . import __version__
 from .errors import ConfigError, UnsupportedTorchError
-from .settings import VARIABLES
+from .settings import VARIABLES, variable
 
-DOCS = "https://pypi.org/project/torchrun_jsc/ (README) and the docs/ folder of its source"
+#: The project's source repository: its README and docs/ are the documentation.
+REPOSITORY = "https://github.com/HelmholtzAI-FZJ/torchrun_jsc"
+#: Widest line of the ``--help`` section.
+HELP_WIDTH = 100
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -112,8 +115,12 @@ def _import_torch() -> None:
 
 def _explain_style(env: Mapping[str, str]) -> Optional[str]:
     """The explain format asked for, read leniently (to render errors in it as well)."""
-    style = env.get("TORCHRUN_JSC_EXPLAIN", "").strip()
-    return style if style in ("text", "json") else None
+    text = env.get("TORCHRUN_JSC_EXPLAIN", "").strip()
+    try:
+        style: str = variable("TORCHRUN_JSC_EXPLAIN").parse(text)
+    except ValueError:
+        return None
+    return style
 
 
 def _error(message: str, style: Optional[str]) -> NoReturn:
@@ -140,18 +147,36 @@ def version_line() -> str:
 
 
 def settings_help() -> str:
-    """The section ``--help`` prints after torchrun's own help."""
+    """The section ``--help`` prints after torchrun's own help: every setting with what it
+    accepts and its default, then where the documentation is."""
+    import textwrap
+
     width = max(len(v.name) for v in VARIABLES)
     lines = [
         "",
         "torchrun_jsc: the options above are torchrun's and keep their meaning. torchrun_jsc",
-        "itself is set by environment variables (default in brackets):",
+        "itself is set by environment variables: what each accepts, then its default in brackets",
+        "(empty counts as unset; the switches, 0 and 1, also take any integer, 0 being off, and",
+        "true/false, yes/no, on/off):",
         "",
     ]
-    lines += [f"  {v.name:<{width}}  [{v.shown_default}]" for v in VARIABLES]
+    for var in VARIABLES:
+        entry = f"{var.name:<{width}}  {var.short.replace('`', '')}  [{var.shown_default}]"
+        lines += textwrap.wrap(
+            entry,
+            width=HELP_WIDTH,
+            initial_indent="  ",
+            subsequent_indent=" " * (width + 4),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
     lines += [
         "",
         "  --version (before the training script) prints torchrun_jsc's and torch's versions.",
-        f"Documentation: {DOCS}.",
+        "",
+        "What each setting does, recipes and troubleshooting (online):",
+        f"  {REPOSITORY}#readme",
+        f"  {REPOSITORY}/tree/main/docs",
+        "Offline, the README of this installed version: python -m torchrun_jsc.readme",
     ]
     return "\n".join(lines)

@@ -94,6 +94,15 @@ def _suffix(text: str) -> str:
     return text
 
 
+def explain_style(text: str) -> str:
+    """``TORCHRUN_JSC_EXPLAIN``'s format: ``text`` or ``json``; ``1`` is ``text``."""
+    if text == "1":
+        return "text"
+    if text not in ("text", "json"):
+        raise ValueError(text)
+    return text
+
+
 def _choice(*options: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in options:
@@ -230,18 +239,17 @@ VARIABLES: Tuple[Variable, ...] = (
     Variable(
         "TORCHRUN_JSC_EXPLAIN",
         "explain",
-        _choice("text", "json"),
+        explain_style,
         None,
         "empty",
-        "empty, 'text' or 'json'",
+        "empty, 'text' (or 1) or 'json'",
         (
-            "Print what would be done on this node and exit without launching; exit code 1 "
-            "when the "
-            "plan predicts a failure, 2 when torchrun or a guard rejects the command line "
-            "(reported "
-            "in the same format). Not together with `TORCHRUN_JSC_PREFLIGHT`."
+            "Print what would be done on this node and exit without launching (`1` is `text`); "
+            "exit code 1 when the plan predicts a failure, 2 when torchrun or a guard rejects the "
+            "command line (reported in the same format). Not together with "
+            "`TORCHRUN_JSC_PREFLIGHT`."
         ),
-        short="`text`, `json`",
+        short="`text` (or `1`), `json`",
     ),
     Variable(
         "TORCHRUN_JSC_SLURM_AUTO",
@@ -351,11 +359,11 @@ VARIABLES: Tuple[Variable, ...] = (
         "USR1,USR2",
         "a comma-separated list of USR1, USR2, or 'none'",
         (
-            "Signals the agent passes on to every worker, training going on (torch would die "
-            "of them "
-            "and leave the workers running). A signal torch is told to handle "
-            "(`--signals-to-handle`,"
-            " 2.10+) stays torch's."
+            "Signals the agent passes on to every worker instead of dying of them (torch would, "
+            "and leave the workers running). Training goes on only where the script handles the "
+            "signal (`signal.signal(signal.SIGUSR1, handler)`); a worker without a handler dies "
+            "of it (Python's default) and the job fails. A signal torch is told to handle "
+            "(`--signals-to-handle`, 2.10+) stays torch's."
         ),
         short="`USR1`, `USR2`, both (comma-separated), `none`",
     ),

@@ -1,4 +1,5 @@
-"""scripts/check_docs.py: code fences, relative links and anchors, paths outside the repository.
+"""scripts/check_docs.py: code fences, relative links and anchors, links into the repository on
+GitHub, paths outside the repository, the package index page (README.md).
 
 Markdown is written to a temporary folder that stands for the repository; no network.
 """
@@ -185,7 +186,7 @@ def test_links_out_of_the_repository_are_refused(tmp_path: Path) -> None:
     text = """
 [a](/work/shared/research/notes.md) [b](../outside.md) [c](file:///etc/hosts)
 """
-    found = "\n".join(problems(root, "README.md", text))
+    found = "\n".join(problems(root, "GUIDE.md", text))
     assert found.count("1: ") == 4
     assert "link '/work/shared/research/notes.md' is an absolute path, outside the" in found
     assert "link '../outside.md' leads outside the repository" in found
@@ -209,6 +210,101 @@ def test_machine_paths_are_found_in_code_blocks_too(tmp_path: Path) -> None:
     assert len(found) == 1 and found[0].startswith("2: /work/...")
 
 
+# ----------------------------------------------------------------------- links into the repository
+
+BLOB = f"{check_docs.REPOSITORY}/blob/main"
+TREE = f"{check_docs.REPOSITORY}/tree/main"
+
+
+def test_absolute_links_into_the_repository_are_checked_against_the_checkout(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "x.py").write_text("", encoding="utf-8")
+    problems(tmp_path, "docs/other.md", "# Other\n\n## A part\n")
+    text = f"""
+# Guide
+
+[a]({BLOB}/docs/other.md) [b]({BLOB}/docs/other.md#a-part) [c]({TREE}/docs)
+[d]({TREE}/src/) [e]({BLOB}/src/x.py#L3) [f]({BLOB}/docs/guide.md#guide)
+"""
+    # Resolved from the repository's root, not from the folder of the file that links.
+    assert problems(tmp_path, "docs/guide.md", text) == []
+
+
+def test_broken_absolute_links_into_the_repository_are_named(tmp_path: Path) -> None:
+    problems(tmp_path, "docs/other.md", "# Other\n")
+    text = f"""
+# Guide
+
+[a]({BLOB}/docs/missing.md) [b]({BLOB}/docs/other.md#nothing)
+[c]({TREE}/gone) [d]({BLOB}/../outside.md)
+"""
+    assert problems(tmp_path, "docs/guide.md", text) == [
+        f"3: link '{BLOB}/docs/missing.md': docs/missing.md does not exist",
+        f"3: link '{BLOB}/docs/other.md#nothing': no heading in other.md has #nothing",
+        f"4: link '{TREE}/gone': gone does not exist",
+        f"4: link '{BLOB}/../outside.md' leads outside the repository",
+    ]
+
+
+def test_other_links_to_github_are_not_followed(tmp_path: Path) -> None:
+    text = f"""
+[issues]({check_docs.REPOSITORY}/issues) [home]({check_docs.REPOSITORY})
+[commit]({check_docs.REPOSITORY}/blob/0123abc/gone.md) [other](https://github.com/pytorch/pytorch/blob/main/gone.md)
+"""
+    assert problems(tmp_path, "docs/guide.md", text) == []
+
+
+# ------------------------------------------------------------------------- the package index page
+
+
+def test_the_package_readme_has_only_absolute_links(tmp_path: Path) -> None:
+    problems(tmp_path, "docs/other.md", "# Other\n")
+    text = f"""
+# Title
+
+[a](docs/other.md) [b](#title) [c]({BLOB}/docs/other.md) [d]({BLOB}/README.md#title)
+"""
+    assert problems(tmp_path, "README.md", text) == [
+        "3: link 'docs/other.md' is relative, and leads nowhere on the package index page;"
+        f" write it absolute: {BLOB}/docs/other.md",
+        "3: link '#title' is relative, and leads nowhere on the package index page; write it"
+        f" absolute: {BLOB}/README.md#title",
+    ]
+
+
+def test_relative_links_are_fine_outside_the_package_readme(tmp_path: Path) -> None:
+    problems(tmp_path, "README.md", "# Title\n")
+    assert problems(tmp_path, "docs/guide.md", "# G\n\n[a](../README.md#title) [b](#g)\n") == []
+    assert problems(tmp_path, "CHANGELOG.md", "# C\n\n[a](README.md)\n") == []
+
+
+def test_the_package_readme_quotes_no_commit(tmp_path: Path) -> None:
+    text = """
+# Title
+
+Ran at 49f9f0f and at 0123456789abcdef0123456789abcdef01234567; not: 1234567, abcdefa,
+released 2026-12-01, `95f36b6` in code.
+
+```
+b989d9c in a block
+```
+"""
+    assert problems(tmp_path, "README.md", text) == [
+        "3: README.md quotes commit 49f9f0f: which commit ran what belongs in"
+        " docs/compatibility.md",
+        "3: README.md quotes commit 0123456789abcdef0123456789abcdef01234567: which commit ran"
+        " what belongs in docs/compatibility.md",
+    ]
+    assert problems(tmp_path, "docs/notes.md", text) == []
+
+
+def test_this_repositorys_readme_is_a_working_package_page() -> None:
+    found = check_docs.check_file(REPO / "README.md", REPO)
+    assert [p.render(REPO) for p in found] == []
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -227,7 +323,7 @@ def test_main_reports_each_problem_and_fails(
 
 
 def test_main_on_clean_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "README.md").write_text("# Hi\n\n[me](#hi)\n", encoding="utf-8")
+    (tmp_path / "README.md").write_text(f"# Hi\n\n[me]({BLOB}/README.md#hi)\n", encoding="utf-8")
     assert check_docs.main([], root=tmp_path) == 0
     assert capsys.readouterr().out.strip() == "check_docs.py: 1 files ok"
 

@@ -483,7 +483,7 @@ def test_prefer_arg_patching_off_patches_host_matcher(this_node: int) -> None:
         ),
         ({"SLURM_NODEID": "x1"}, JSC, r"^SLURM_NODEID='x1' is not valid"),
         ({"TORCHRUN_JSC_RESOLVE_TIMEOUT": "soon"}, JSC, r"TORCHRUN_JSC_RESOLVE_TIMEOUT='soon'"),
-        ({"TORCHRUN_JSC_EXPLAIN": "yaml"}, JSC, r"accepted: empty, 'text' or 'json'$"),
+        ({"TORCHRUN_JSC_EXPLAIN": "yaml"}, JSC, r"accepted: empty, 'text' \(or 1\) or 'json'$"),
         ({"TORCHRUN_JSC_NODERANK": "1"}, JSC, r"^unknown variable TORCHRUN_JSC_NODERANK; known:"),
         (
             {},

@@ -1,0 +1,116 @@
+"""``--help``'s own section and the explain style: what each setting accepts, where the
+documentation is, ``TORCHRUN_JSC_EXPLAIN=1``. No network, no launch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchrun_jsc import cli
+from torchrun_jsc.errors import ConfigError
+from torchrun_jsc.settings import VARIABLES, Settings, variable
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _help_line(text: str, name: str) -> str:
+    """The line of ``name`` and its continuation lines, joined."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == [name])
+    block = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" " * (len(name) + 4)):
+            break
+        block.append(line)
+    return " ".join(part.strip() for part in block)
+
+
+def test_help_shows_what_every_setting_accepts_and_its_default() -> None:
+    text = cli.settings_help()
+    for var in VARIABLES:
+        entry = _help_line(text, var.name)
+        assert var.short.replace("`", "") in entry, var.name
+        assert f"[{var.shown_default}]" in entry, var.name
+
+
+def test_help_lines_fit_a_terminal() -> None:
+    assert max(len(line) for line in cli.settings_help().splitlines()) <= 100
+
+
+def test_help_says_explain_accepts_text_json_and_1() -> None:
+    entry = _help_line(cli.settings_help(), "TORCHRUN_JSC_EXPLAIN")
+    assert "text (or 1), json" in entry
+
+
+def test_help_points_at_pages_that_exist_and_at_the_installed_readme() -> None:
+    text = cli.settings_help()
+    assert f"{cli.REPOSITORY}#readme" in text
+    assert f"{cli.REPOSITORY}/tree/main/docs" in text
+    assert (REPO / "docs").is_dir()
+    assert "docs/ folder of its source" not in text
+    assert "python -m torchrun_jsc.readme" in text
+
+
+def test_the_installed_readme_is_the_package_description() -> None:
+    from torchrun_jsc import readme
+
+    text = readme.text()
+    assert text.startswith("# torchrun_jsc\n")
+    assert "<!-- settings:begin" in text
+
+
+def test_the_readme_module_prints_it(capsys: pytest.CaptureFixture[str]) -> None:
+    from torchrun_jsc import readme
+
+    readme.main()
+    assert capsys.readouterr().out.startswith("# torchrun_jsc\n")
+
+
+def test_the_repository_url_has_one_value_everywhere() -> None:
+    if sys.version_info < (3, 11):
+        pytest.skip("tomllib (reading pyproject.toml) needs Python 3.11")
+    import tomllib
+
+    urls = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]
+    assert urls["Homepage"] == urls["Source"] == cli.REPOSITORY
+    assert set(urls) == {"Homepage", "Source", "Documentation", "Changelog", "Issues"}
+    assert urls["Documentation"] == f"{cli.REPOSITORY}/tree/main/docs"
+    assert urls["Changelog"] == f"{cli.REPOSITORY}/blob/main/CHANGELOG.md"
+    assert urls["Issues"] == f"{cli.REPOSITORY}/issues"
+    sys.path.insert(0, str(REPO / "scripts"))
+    import check_docs
+
+    assert check_docs.REPOSITORY == cli.REPOSITORY
+
+
+# --------------------------------------------------------------------------- TORCHRUN_JSC_EXPLAIN=1
+
+
+@pytest.mark.parametrize(("value", "style"), [("1", "text"), ("text", "text"), ("json", "json")])
+def test_explain_1_is_text(value: str, style: str) -> None:
+    assert Settings.from_env({"TORCHRUN_JSC_EXPLAIN": value}).explain == style
+    assert cli._explain_style({"TORCHRUN_JSC_EXPLAIN": f" {value} "}) == style
+
+
+@pytest.mark.parametrize("value", ["0", "2", "yaml", "TEXT", "true"])
+def test_explain_other_values_are_refused_and_name_1(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"TORCHRUN_JSC_EXPLAIN": value})
+    assert str(info.value).endswith(f"accepted: {variable('TORCHRUN_JSC_EXPLAIN').accepted}")
+    assert "1" in variable("TORCHRUN_JSC_EXPLAIN").accepted
+    assert cli._explain_style({"TORCHRUN_JSC_EXPLAIN": value}) is None
+
+
+def test_explain_1_renders_the_text_explain(capsys: pytest.CaptureFixture[str]) -> None:
+    """The whole explain path with ``1``: a standalone launch, planned and shown, not run."""
+    env = {"TORCHRUN_JSC_EXPLAIN": "1"}
+    with pytest.raises(SystemExit) as info:
+        cli._main(["--standalone", "--nproc_per_node=1", "train.py"], env)
+    out = capsys.readouterr().out
+    assert info.value.code == 0, out
+    assert "verdict: " in out
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(out)
