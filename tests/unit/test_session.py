@@ -470,3 +470,51 @@ def test_every_action_has_its_owner() -> None:
     for action in get_args(watch.Action):
         if action is not watch.Answer:
             assert callable(getattr(Session, f"_do_{action.__name__}", None)), action
+
+
+def test_the_heartbeat_loop_survives_a_refusing_store_and_reports_a_stop() -> None:
+    """A store that refuses is the watchdog's business: the loop goes on beating, and once the
+    store answers with a stop it says so (once per beat until the watch has ended)."""
+    store = FakeStore()
+    protocol = JobProtocol(store)
+    closing = threading.Event()
+    told: List[int] = []
+    beats = Heartbeats(
+        protocol,
+        0.4,  # a beat every 0.1 s
+        lambda event: None,
+        lambda: told.append(1),
+        lambda: Round("a", ["a"], serving=False, restarts_left=False),
+        closing,
+    )
+    store.refuse = True
+    thread = threading.Thread(target=beats.run, daemon=True)
+    thread.start()
+    time.sleep(0.35)
+    assert thread.is_alive() and told == []
+    store.refuse = False
+    protocol.tell_stop(FAILURE, ["a"])
+    deadline = time.monotonic() + 5
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.02)
+    closing.set()
+    thread.join(2)
+    assert told and not thread.is_alive()
+
+
+def test_the_watchdog_reports_a_hanging_store() -> None:
+    from torchrun_jsc.runtime.beating import watch_store
+    from torchrun_jsc.runtime.watch import StoreQuiet
+
+    store = FakeStore()
+    store.busy_for = 42.0
+    closing = threading.Event()
+    seen: List[Any] = []
+
+    def post(event: Any) -> None:
+        seen.append(event)
+        closing.set()
+
+    watch_store(JobProtocol(store), post, closing)
+    [event] = seen
+    assert isinstance(event, StoreQuiet) and event.stuck == 42.0 and event.silent >= 0.0

@@ -67,7 +67,7 @@ TABLE = [
         TRAINING,
         lost(),
         State(Phase.STOPPING, Ask.STOP, failed=True),
-        ["Publish", "TellStop", "ZeroRestarts", "Say", "StopWorkers"],
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
     ),
     (
         "lost member, elastic with restarts: restart without it",
@@ -83,7 +83,7 @@ TABLE = [
         TRAINING,
         lost(restarts_left=False),
         State(Phase.STOPPING, Ask.STOP, failed=True),
-        ["Publish", "TellStop", "ZeroRestarts", "Say", "StopWorkers"],
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
     ),
     (
         "lost member after this node finished: leave",
@@ -94,7 +94,67 @@ TABLE = [
         ["Publish", "TellStop", "Say", "Leave"],
     ),
     ("lost member while stopping", WATCHED, STOPPING, lost(), STOPPING, []),
-    ("lost member after its own failure", WATCHED, FAILED_HERE, lost(), FAILED_HERE, []),
+    (
+        # before torch 2.1 a failed agent waits in torch's exit barrier: a lost node must end it
+        "lost member after its own failure",
+        WATCHED,
+        FAILED_HERE,
+        lost(),
+        State(Phase.STOPPING, Ask.STOP, failed=True),
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+    ),
+    (
+        "told to stop after its own failure",
+        WATCHED,
+        FAILED_HERE,
+        ToldToStop(CAUSE),
+        State(Phase.STOPPING, Ask.STOP, failed=True),
+        ["ZeroRestarts", "Say", "StopWorkers"],
+    ),
+    (
+        "host hangs after its own failure",
+        WATCHED,
+        FAILED_HERE,
+        quiet(60.0, 60.0),
+        State(Phase.STOPPING, Ask.STOP, failed=True),
+        ["ZeroRestarts", "Publish", "Say", "StopWorkers"],
+    ),
+    (
+        "lost member while restarting",
+        ELASTIC,
+        RESTARTING,
+        lost(restarts_left=False),
+        State(Phase.STOPPING, Ask.STOP, failed=True),
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+    ),
+    (
+        "told to stop while restarting",
+        ELASTIC,
+        RESTARTING,
+        ToldToStop(CAUSE),
+        State(Phase.STOPPING, Ask.STOP, failed=True),
+        ["ZeroRestarts", "Say", "StopWorkers"],
+    ),
+    ("told to stop while leaving", WATCHED, LEAVING, ToldToStop(CAUSE), LEAVING, []),
+    ("host hangs while leaving", WATCHED, LEAVING, quiet(60.0, 60.0), LEAVING, []),
+    (
+        "told to stop while exiting",
+        WATCHED,
+        TRAINING._replace(exiting=True),
+        ToldToStop(CAUSE),
+        TRAINING._replace(exiting=True),
+        [],
+    ),
+    (
+        "host hangs while exiting",
+        WATCHED,
+        FAILED_HERE._replace(exiting=True),
+        quiet(60.0, 60.0),
+        FAILED_HERE._replace(exiting=True),
+        [],
+    ),
+    ("joined after finishing", WATCHED, FINISHED, Joined(), FINISHED, []),
+    ("joined while stopping", WATCHED, STOPPING, Joined(), STOPPING, []),
     (
         "lost member while exiting",
         WATCHED,
@@ -127,7 +187,7 @@ TABLE = [
         TRAINING,
         quiet(60.0, 60.0),
         State(Phase.STOPPING, Ask.STOP, failed=True),
-        ["Publish", "ZeroRestarts", "Say", "StopWorkers"],
+        ["ZeroRestarts", "Publish", "Say", "StopWorkers"],
     ),
     ("store refuses after a good end", WATCHED, FINISHED, quiet(0.0, 300.0), FINISHED, []),
     (
@@ -161,7 +221,23 @@ TABLE = [
         STOPPING,
         WorkersEnded(succeeded=True, final=True),
         STOPPING._replace(succeeded=True),
+        ["MarkDone"],
+    ),
+    (
+        "workers finished while leaving",
+        WATCHED,
+        LEAVING,
+        WorkersEnded(succeeded=True, final=True),
+        LEAVING,
         [],
+    ),
+    (
+        "a stop found by the stop: nobody told",
+        WATCHED,
+        STOPPING,
+        WorkersEnded(succeeded=False, final=True, record=OWN_STOP),
+        STOPPING,
+        ["PublishOwn"],
     ),
     (
         "own failure, restarts left: torch restarts",
@@ -203,7 +279,23 @@ TABLE = [
         FINISHED._replace(exiting=True),
         [],
     ),
-    ("failed, exiting", WATCHED, STOPPING, Exiting(), STOPPING._replace(exiting=True), []),
+    ("stopping, exiting", WATCHED, STOPPING, Exiting(), STOPPING._replace(exiting=True), []),
+    (
+        "finished, exiting, peers unwatched",
+        UNWATCHED,
+        FINISHED,
+        Exiting(),
+        FINISHED._replace(exiting=True),
+        [],
+    ),
+    (
+        "finished, exiting, the job failed already",
+        WATCHED,
+        LEAVING,
+        Exiting(),
+        LEAVING._replace(exiting=True),
+        [],
+    ),
     ("a stop seen at the end", WATCHED, FINISHED, StopSeen(), FINISHED._replace(failed=True), []),
 ]
 
@@ -253,6 +345,14 @@ def test_the_lines_say_who_and_why() -> None:
         " 00:00:00.000 UTC; this node's workers had finished: ending now, not waiting in"
         " torch's exit barrier"
     )
+
+
+def test_several_lost_and_a_member_without_a_node_rank() -> None:
+    event = MembersLost(("k3", "k4"), "node3", None, 61.0, 1000.0, False)
+    _, actions = decide(WATCHED, TRAINING, event)
+    say = next(a for a in actions if isinstance(a, watch.Say))
+    assert say.line.startswith("torchrun_jsc: node3 has not been heard from for 61 s")
+    assert "(TORCHRUN_JSC_PEER_TIMEOUT=60) (and 1 more); stopping the job" in say.line
 
 
 def test_a_lost_host_is_kept_here_and_named_with_the_endpoint() -> None:

@@ -80,7 +80,7 @@ class Heartbeats:
         self.post(
             MembersLost(
                 keys=tuple(lost),
-                hostname=who.hostname if who else lost[0],
+                hostname=who.hostname if who and who.hostname else lost[0],
                 node_rank=who.node_rank if who else None,
                 quiet=quiet,
                 last_seen=time.time() - quiet,

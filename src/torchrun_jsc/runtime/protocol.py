@@ -130,7 +130,7 @@ class JobProtocol:
 
     def who(self, member: str) -> Optional[Who]:
         """What ``member`` said about itself, or None."""
-        with contextlib.suppress(ValueError, TypeError):
+        with contextlib.suppress(Exception):  # unknown: the member is named by its key
             data = json.loads(self.store.peek(f"who/{member}") or "")
             if isinstance(data, dict) and isinstance(data.get("hostname"), str):
                 rank = data.get("node_rank")

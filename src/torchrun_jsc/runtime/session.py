@@ -48,7 +48,7 @@ from .jobstore import JobStore
 from .ledger import LastLine, Ledger, say
 from .node import Node
 from .protocol import JobProtocol
-from .watch import Action, Config, Event, Phase, State
+from .watch import Action, Config, Event, State
 
 #: Default grace between SIGTERM and SIGKILL (torch's own).
 TORCH_GRACE = 30.0
@@ -251,8 +251,8 @@ class Session:
         """This node's heartbeat came back as a stop: read why, then decide."""
         protocol = self.protocol
         with self.lock:
-            ended = self.state.phase in (Phase.STOPPING, Phase.LEAVING, Phase.FAILED)
-        if protocol is None or ended:
+            listening = watch.listening(self.state)
+        if protocol is None or not listening:
             return
         self.post(watch.ToldToStop(bounded(protocol.stop_cause, timing.STORE_WAIT)))
 

@@ -82,6 +82,7 @@ class JobInfo(NamedTuple):
     state: str
     run_time: Optional[float] = None
     time_limit: Optional[float] = None
+    reason: str = ""
 
 
 def seconds(text: str) -> Optional[float]:
@@ -96,13 +97,14 @@ def seconds(text: str) -> Optional[float]:
 
 def job_info(output: str) -> Optional[JobInfo]:
     """The job's state, run time and time limit from ``scontrol -o show job`` output."""
-    fields = dict(re.findall(r"(?:^|\s)(JobState|RunTime|TimeLimit)=(\S+)", output))
+    fields = dict(re.findall(r"(?:^|\s)(JobState|RunTime|TimeLimit|Reason)=(\S+)", output))
     if "JobState" not in fields:
         return None
     return JobInfo(
         fields["JobState"],
         seconds(fields.get("RunTime", "")),
         seconds(fields.get("TimeLimit", "")),
+        fields.get("Reason", ""),
     )
 
 
@@ -117,7 +119,8 @@ def slurm_cause(info: Optional[JobInfo]) -> Optional[str]:
         return _SLURM_CAUSES[state]
     if state == "COMPLETING":
         ran, limit = info.run_time, info.time_limit
-        if ran is not None and limit is not None and ran >= limit - 1:
+        reached = ran is not None and limit is not None and ran >= limit - 1
+        if reached or info.reason == "TimeLimit":
             return _SLURM_CAUSES["TIMEOUT"]
         return "the job was cancelled (scancel) or lost a node"
     if state == "RUNNING":

@@ -8,10 +8,14 @@ The phases of a node::
     WAITING ──joined──▶ TRAINING ──workers finished──▶ FINISHED
                           │  ▲                           │
            member lost,   │  └──joined── RESTARTING      │ job failed elsewhere
-           elastic with   └──────────────▶ (answer)      ▼
+           elastic with   └──────────────▶ (answer)      ▼ (or the host hangs)
            restarts left                              LEAVING  (end now, exit 0)
-    TRAINING ──member lost / told to stop / host silent──▶ STOPPING (stop workers, exit 1)
-    TRAINING ──its own workers failed, no restarts left──▶ FAILED   (torch ends the agent)
+    TRAINING ──its own workers failed, no restarts left──▶ FAILED
+    TRAINING, RESTARTING, FAILED ──member lost / told to stop / host silent──▶ STOPPING
+                                        (stop the workers; end the process, exit 1)
+
+FAILED still listens: torch 2.1+ ends such an agent itself, but before 2.1 it waits in torch's
+exit barrier for every node, and a lost node or host would keep it there for 300 s.
 
 ``failed`` (the job failed: the last line names its first failure), ``succeeded`` (this node's
 workers all ended well, which decides its exit code) and ``exiting`` (the process's end has
@@ -39,8 +43,14 @@ class Phase(Enum):
     LEAVING = "the job failed after this node's workers finished: ending"
 
 
-#: Phases in which the job has ended for this node: nothing more is decided.
-_ENDED = (Phase.FAILED, Phase.STOPPING, Phase.LEAVING)
+#: Phases in which this node is ending the job already: news of a lost member, a stop or a
+#: silent host changes nothing more.
+_ENDED = (Phase.STOPPING, Phase.LEAVING)
+
+
+def listening(state: State) -> bool:
+    """Whether news that ends the job (a lost member, a stop, a silent host) still matters."""
+    return state.phase not in _ENDED and not state.exiting
 
 
 class Ask(Enum):
@@ -240,7 +250,7 @@ def decide(config: Config, state: State, event: Event) -> Decision:
         return _exiting(config, state)
     if isinstance(event, StopSeen):
         return state._replace(failed=True), ()
-    if state.phase in _ENDED or state.exiting:
+    if not listening(state):
         return state, ()
     if isinstance(event, MembersLost):
         return _members_lost(config, state, event)
@@ -272,8 +282,12 @@ def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
         new = state._replace(phase=Phase.RESTARTING, answer=Ask.RESTART)
         return new, (restart, Rewatch(event.keys))
     record = Record(kind=LOST, hostname=hostname, node_rank=node_rank, time=event.last_seen)
-    state, actions = _end_job(state, f"torchrun_jsc: {lost}", "stopping the job")
-    return state, (Publish(record, unread=event.keys), TellStop(record), *actions)
+    return _end_job(
+        state,
+        f"torchrun_jsc: {lost}",
+        "stopping the job",
+        (Publish(record, unread=event.keys), TellStop(record)),
+    )
 
 
 def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
@@ -291,31 +305,33 @@ def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
         f"torchrun_jsc: the rendezvous host {config.endpoint} has not answered for"
         f" {event.silent:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT={timeout:g})"
     )
-    state, actions = _end_job(state, line, "stopping this node's workers")
-    return state, (Publish(record, local=True), *actions)
+    return _end_job(state, line, "stopping this node's workers", (Publish(record, local=True),))
 
 
-def _end_job(state: State, line: str, action: str) -> Decision:
-    """The job ends (``line`` says why): stop this node's workers, or, when they had all
-    finished, leave torch's exit barrier."""
+def _end_job(state: State, line: str, action: str, records: Tuple[Action, ...] = ()) -> Decision:
+    """The job ends (``line`` says why; ``records`` to publish first): stop this node's
+    workers (torch's restarts cut off before anything else), or, when they had all finished,
+    leave torch's exit barrier."""
     if state.succeeded:
         leave = Say(
             f"{line}; this node's workers had finished: ending now, not waiting in torch's"
             " exit barrier"
         )
-        return state._replace(phase=Phase.LEAVING, failed=True), (leave, Leave())
+        return state._replace(phase=Phase.LEAVING, failed=True), (*records, leave, Leave())
     new = state._replace(phase=Phase.STOPPING, failed=True, answer=Ask.STOP)
-    return new, (ZeroRestarts(), Say(f"{line}; {action}"), StopWorkers())
+    return new, (ZeroRestarts(), *records, Say(f"{line}; {action}"), StopWorkers())
 
 
 def _workers_ended(config: Config, state: State, event: WorkersEnded) -> Decision:
     stopping = state.phase == Phase.STOPPING
     if event.succeeded:
-        if stopping:  # they had all ended well before the stop: this node succeeded
-            return state._replace(succeeded=True), ()
-        if state.succeeded or state.phase in _ENDED:
+        if state.succeeded:
             return state, ()
         mark: Tuple[Action, ...] = (MarkDone(),) if config.watching_peers else ()
+        if stopping:  # they had all ended well before the stop: this node succeeded
+            return state._replace(succeeded=True), mark
+        if state.phase == Phase.LEAVING:
+            return state, ()
         return state._replace(phase=Phase.FINISHED, succeeded=True), mark
     if event.record is None or not (event.final or stopping):
         return state, ()  # torch restarts the workers
