@@ -13,7 +13,7 @@ from typing import List, Mapping, NoReturn, Optional
 
 from . import __version__
 from .errors import ConfigError, UnsupportedTorchError
-from .settings import VARIABLES
+from .settings import VARIABLES, explain_style
 
 DOCS = "https://pypi.org/project/torchrun_jsc/ (README) and the docs/ folder of its source"
 
@@ -33,7 +33,7 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
     from .apply import carry_out, prepare
 
     log.setup(env)
-    style = _explain_style(env)
+    style = explain_style(env)
     _import_torch()
     try:
         prepared = prepare(args, env)
@@ -88,12 +88,6 @@ def _import_torch() -> None:
         signal.signal(signal.SIGINT, previous)
     if held:
         raise KeyboardInterrupt
-
-
-def _explain_style(env: Mapping[str, str]) -> Optional[str]:
-    """The explain format asked for, read leniently (to render errors in it as well)."""
-    style = env.get("TORCHRUN_JSC_EXPLAIN", "").strip()
-    return style if style in ("text", "json") else None
 
 
 def _error(message: str, style: Optional[str]) -> NoReturn:

@@ -11,8 +11,6 @@ from typing import List, NamedTuple, Optional
 from .facts import NodeFacts
 from .request import Request
 
-SOCKET_IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-
 
 class Finding(NamedTuple):
     """One guard's verdict."""

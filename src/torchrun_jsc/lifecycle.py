@@ -21,13 +21,11 @@ from typing import Dict, List, Optional, Tuple
 from .facts import NodeFacts
 from .patches import AGENT_SIDE
 from .request import Request
-from .versions import TorchVersion
+from .versions import OWN_SESSION_FROM, TorchVersion
 
 #: The patches this module decides (all others fix the start).
 PATCHES = AGENT_SIDE
 
-#: torch 2.2 started workers in their own session; earlier ones share the agent's group.
-OWN_SESSION_FROM = (2, 2)
 #: A host that starts this much later than its Slurm step gets a shorter join_timeout.
 LATE_HOST = 30.0
 #: The shortest join_timeout a late host is given.

@@ -13,7 +13,13 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from . import guards, lifecycle, network
 from .errors import ConfigError
 from .facts import NodeFacts
-from .request import IGNORED_RDZV_KEYS, Request, format_rdzv_conf, torch_bool
+from .request import (
+    IGNORED_RDZV_KEYS,
+    SOCKET_IFNAME_VARIABLES,
+    Request,
+    format_rdzv_conf,
+    torch_bool,
+)
 from .settings import Settings
 from .versions import (
     PATCH_HOST_MATCHER,
@@ -365,7 +371,7 @@ def _own_address(facts: NodeFacts) -> Tuple[Optional[str], str]:
 def _decide_ifname(draft: _Draft, request: Request, facts: NodeFacts) -> None:
     if draft.interface is None:
         return
-    for name in guards.SOCKET_IFNAME_VARIABLES:
+    for name in SOCKET_IFNAME_VARIABLES:
         value = request.env(name)
         if value:
             draft.decide(name, value, "set by the user; kept")

@@ -17,18 +17,17 @@ from .network import Endpoint, parse_endpoint
 from .settings import Settings
 from .slurm import SlurmStep
 from .torch_cli import CommandLine, Parsed, Stop, TorchCli
+from .torch_defaults import RDZV_SECONDS
+from .versions import TORCH_BUGS
 
-#: Variables of other tools the plan consults (it reads nothing else of the environment).
+#: The variables that choose gloo's and NCCL's network interface.
+SOCKET_IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+#: Variables of other tools the plan consults (it reads nothing else of the environment): the
+#: interface variables and those torchrun_jsc sets against torch bugs unless the user did.
 CONSULTED = (
-    "GLOO_SOCKET_IFNAME",
-    "NCCL_SOCKET_IFNAME",
-    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
+    *SOCKET_IFNAME_VARIABLES,
+    *(bug.env[0] for bug in TORCH_BUGS if bug.env is not None),
 )
-#: torch's c10d rendezvous defaults (rendezvous/dynamic_rendezvous.py, c10d_rendezvous_backend.py).
-DEFAULT_JOIN_TIMEOUT = 600
-DEFAULT_READ_TIMEOUT = 60
-#: Rendezvous keys torch reads as integers (seconds).
-_INT_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout")
 #: Keys the c10d rendezvous silently ignores, with the key to use instead.
 IGNORED_RDZV_KEYS = {"timeout": "join_timeout (and read_timeout for the store)"}
 TORCH_TRUE = frozenset({"1", "true", "t", "yes", "y"})
@@ -103,8 +102,7 @@ class Request(NamedTuple):
 
     def conf_seconds(self, key: str) -> int:
         """An integer rendezvous timeout, torch's default when not given."""
-        default = {"join_timeout": DEFAULT_JOIN_TIMEOUT, "read_timeout": DEFAULT_READ_TIMEOUT}
-        return int(self.conf.get(key, default.get(key, 0)))
+        return int(self.conf.get(key, RDZV_SECONDS[key]))
 
     @property
     def lookup_host(self) -> Optional[str]:
@@ -285,7 +283,7 @@ def read_rdzv_conf(text: str) -> Dict[str, str]:
         conf[key] = value
     if "is_host" in conf:
         torch_bool("is_host", conf["is_host"])
-    for key in _INT_KEYS:
+    for key in RDZV_SECONDS:
         if key in conf and not (conf[key].isascii() and conf[key].isdigit()):
             raise ConfigError(
                 f"--rdzv_conf {key}={conf[key]!r} is not valid; accepted: whole seconds >= 0"
