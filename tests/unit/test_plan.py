@@ -10,6 +10,7 @@ from torchrun_jsc import lifecycle
 from torchrun_jsc.errors import ConfigError, UnsupportedTorchError
 from torchrun_jsc.facts import NodeFacts
 from torchrun_jsc.plan import Plan
+from torchrun_jsc.versions import TESTED_RELEASES
 
 from .layouts import ib, ib6, mgmt, node
 from .planning import plan as planned
@@ -24,29 +25,18 @@ JSC = [
     "--rdzv_endpoint=node0i:29500",
     *SCRIPT,
 ]
+#: Every tested release (the version table's list), and spellings and releases around them:
+#: untested minors within the supported range, a pre-release, local version parts and a
+#: release newer than every tested one.
 ALL_VERSIONS = [
+    *TESTED_RELEASES,
     "1.9.0",
     "1.10.2",
     "1.11.0",
     "1.12.1",
-    "1.13.1",
     "1.13.0a0",
-    "2.0.1",
-    "2.1.2",
-    "2.2.2",
-    "2.3.1",
-    "2.4.1",
-    "2.5.1",
-    "2.6.0",
-    "2.7.1",
-    "2.8.0",
-    "2.9.1",
-    "2.10.0",
     "2.11.0+cu130",
-    "2.12.1",
     "2.13.0+cpu",
-    "2.14.1",
-    "2.15.0",
     "3.0.0",
 ]
 
