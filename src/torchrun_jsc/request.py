@@ -125,7 +125,7 @@ def read_request(
     if isinstance(first, Stop):
         return base._replace(stop=first)
     notes: List[str] = []
-    auto, filled = _auto_configure(command, argv, first, settings, step, notes)
+    auto, filled = _auto_configure(first, settings, step, notes)
     options = _options(command, filled)
     untouched = _untouched(options)
     conf: Dict[str, str] = {}
@@ -160,14 +160,16 @@ def read_request(
 
 
 def _auto_configure(
-    command: CommandLine,
-    argv: Sequence[str],
     parsed: Parsed,
     settings: Settings,
     step: Optional[SlurmStep],
     notes: List[str],
 ) -> Tuple[Optional[autoconfig.AutoArgs], Parsed]:
-    """Slurm auto-configuration: the arguments it adds and the command line with them."""
+    """Slurm auto-configuration: the arguments it adds and the command line with them.
+
+    The command line is not parsed again: every added option is a string option that torch's
+    parser stores as given, inserted where ``parsed.insert_at`` was proven to take options, so
+    its values are the parsed ones with the added values over them."""
     if not settings.slurm_auto:
         return None, parsed
     if step is None or not step.in_step:
@@ -177,15 +179,10 @@ def _auto_configure(
     auto = autoconfig.slurm_args(step, parsed.given, backend, settings.host_suffix)
     if not auto.args:
         return auto, parsed
-    at = parsed.insert_at
-    filled = command.parse([*argv[:at], *auto.args, *argv[at:]])
-    if not isinstance(filled, Parsed) or any(
-        filled.values.get(dest) != value for dest, value in auto.values
-    ):
-        raise ConfigError(  # pragma: no cover - insert_at was proven by a probe
-            f"torchrun does not take the auto-configured options {' '.join(auto.args)} here"
-        )
-    return auto, filled
+    added = dict(auto.values)
+    return auto, parsed._replace(
+        values={**parsed.values, **added}, given=parsed.given | frozenset(added)
+    )
 
 
 def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
