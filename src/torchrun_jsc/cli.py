@@ -15,6 +15,8 @@ from . import __version__
 from .errors import ConfigError, UnsupportedTorchError
 from .settings import VARIABLES, explain_style
 
+#: Explain's exit code for each verdict of a plan (torchrun stopping by itself: 2).
+EXPLAIN_EXIT = {"ok": 0, "fail": 1, "refused": 2, "error": 2}
 DOCS = "https://pypi.org/project/torchrun_jsc/ (README) and the docs/ folder of its source"
 
 
@@ -40,6 +42,8 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
     except (ConfigError, UnsupportedTorchError) as exc:
         _error(str(exc), style)
     request, plan = prepared.request, prepared.plan
+    if plan.error is not None:
+        _error(plan.error, style)
     if request.version_requested:
         print(version_line())
         sys.exit(0)
@@ -54,9 +58,7 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         from .explain import render
 
         print(render(prepared, style))
-        if plan.refusal is not None or request.stop is not None:
-            sys.exit(2)
-        sys.exit(1 if plan.predicted_failures else 0)
+        sys.exit(2 if request.stop is not None else EXPLAIN_EXIT[plan.verdict])
     if plan.refusal is not None:
         _error(plan.refusal, None)
     if request.settings.preflight:

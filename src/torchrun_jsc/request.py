@@ -56,6 +56,8 @@ class LaunchOptions(NamedTuple):
     signals_to_handle: Optional[str]
     #: Options (argparse ``dest`` names) given on the command line or by ``PET_*``.
     given: FrozenSet[str]
+    #: ``--master_addr``: the static rendezvous's host when there is no ``--rdzv_endpoint``.
+    master_addr: str = "127.0.0.1"
 
     @property
     def multi_node(self) -> bool:
@@ -83,6 +85,8 @@ class Request(NamedTuple):
     #: The rendezvous configuration (c10d), checked as torch would check it.
     rdzv_conf: Tuple[Tuple[str, str], ...] = ()
     endpoint: Optional[Endpoint] = None
+    #: ``is_host`` as given in ``--rdzv_conf`` (None: not given), read as torch reads it.
+    is_host: Optional[bool] = None
     #: Why torchrun_jsc leaves the rendezvous alone (None: it fixes it).
     untouched: Optional[str] = None
     node_rank: Optional[int] = None
@@ -130,8 +134,11 @@ def read_request(
     untouched = _untouched(options)
     conf: Dict[str, str] = {}
     endpoint: Optional[Endpoint] = None
+    is_host: Optional[bool] = None
     if options.rdzv_backend == "c10d" and not options.standalone:
         conf = read_rdzv_conf(options.rdzv_conf)
+        if "is_host" in conf:
+            is_host = torch_bool("is_host", conf["is_host"])
         if options.rdzv_endpoint:
             endpoint = parse_endpoint(options.rdzv_endpoint)
             _check_multi_node_endpoint(endpoint, options)
@@ -153,6 +160,7 @@ def read_request(
         notes=tuple(notes),
         rdzv_conf=tuple(conf.items()),
         endpoint=endpoint,
+        is_host=is_host,
         untouched=untouched,
         node_rank=node_rank,
         node_rank_source=source,
@@ -217,6 +225,7 @@ def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
         node_rank=node_rank if isinstance(node_rank, int) and node_rank >= 0 else None,
         signals_to_handle=values.get("signals_to_handle"),
         given=parsed.given,
+        master_addr=str(values.get("master_addr") or "127.0.0.1"),
     )
 
 
@@ -265,7 +274,8 @@ def _node_rank(
 
 def read_rdzv_conf(text: str) -> Dict[str, str]:
     """``k1=v1,k2=v2`` as torch reads it (last duplicate wins), with the values torch reads as
-    booleans and integers checked; raises :class:`ConfigError`."""
+    integers checked (``is_host``, a boolean, is read by :func:`read_request`); raises
+    :class:`ConfigError`."""
     conf: Dict[str, str] = {}
     if not text.strip():
         return conf
@@ -278,8 +288,6 @@ def read_rdzv_conf(text: str) -> Dict[str, str]:
                 "accepted: KEY=VALUE pairs separated by commas, no empty key or value"
             )
         conf[key] = value
-    if "is_host" in conf:
-        torch_bool("is_host", conf["is_host"])
     for key in RDZV_SECONDS:
         if key in conf and not (conf[key].isascii() and conf[key].isdigit()):
             raise ConfigError(
