@@ -280,8 +280,9 @@ VARIABLES: Tuple[Variable, ...] = (
         "'stop' or 'warn'",
         (
             "A launch that cannot work (several Slurm tasks per node each starting an agent; a "
-            "multi-node launch started outside `srun`) stops with the fix in the message, or only "
-            "warns."
+            "multi-node launch started outside `srun`; `--standalone` with `--nnodes=2`; "
+            "`--nnodes=2` with a `localhost` rendezvous in a multi-node step) stops with the fix "
+            "in the message, or only warns."
         ),
         short="`stop`, `warn`",
     ),
