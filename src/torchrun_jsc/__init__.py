@@ -45,8 +45,9 @@ def apply_fixes(strict: bool = True, argv: Optional[List[str]] = None) -> bool:
         raise UnsupportedTorchError(f"torch {version} is newer than every tested release")
     args = list(sys.argv[1:] if argv is None else argv)
     prepared = prepare(args, os.environ)
-    if prepared.plan.refusal is not None:
-        raise ConfigError(prepared.plan.refusal)
+    problem = prepared.plan.error or prepared.plan.refusal
+    if problem is not None:
+        raise ConfigError(problem)
     carry_out(prepared.plan)
     if argv is None:
         sys.argv[1:] = list(prepared.plan.argv)

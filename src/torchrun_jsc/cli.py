@@ -13,12 +13,14 @@ from typing import List, Mapping, NoReturn, Optional
 
 from . import __version__
 from .errors import ConfigError, UnsupportedTorchError
-from .settings import VARIABLES, variable
+from .settings import VARIABLES, explain_style
 
 #: The project's source repository: its README and docs/ are the documentation.
 REPOSITORY = "https://github.com/HelmholtzAI-FZJ/torchrun_jsc"
 #: Widest line of the ``--help`` section.
 HELP_WIDTH = 100
+#: Explain's exit code for each verdict of a plan (torchrun stopping by itself: 2).
+EXPLAIN_EXIT = {"ok": 0, "fail": 1, "refused": 2, "error": 2}
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -36,13 +38,15 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
     from .apply import carry_out, prepare
 
     log.setup(env)
-    style = _explain_style(env)
+    style = explain_style(env)
     _import_torch()
     try:
         prepared = prepare(args, env)
     except (ConfigError, UnsupportedTorchError) as exc:
         _error(str(exc), style)
     request, plan = prepared.request, prepared.plan
+    if plan.error is not None:
+        _error(plan.error, style)
     if request.version_requested:
         print(version_line())
         sys.exit(0)
@@ -57,9 +61,7 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         from .explain import render
 
         print(render(prepared, style))
-        if plan.refusal is not None or request.stop is not None:
-            sys.exit(2)
-        sys.exit(1 if plan.predicted_failures else 0)
+        sys.exit(2 if request.stop is not None else EXPLAIN_EXIT[plan.verdict])
     if plan.refusal is not None:
         _error(plan.refusal, None)
     if request.settings.preflight:
@@ -111,16 +113,6 @@ def _import_torch() -> None:
         signal.signal(signal.SIGINT, previous)
     if held:
         raise KeyboardInterrupt
-
-
-def _explain_style(env: Mapping[str, str]) -> Optional[str]:
-    """The explain format asked for, read leniently (to render errors in it as well)."""
-    text = env.get("TORCHRUN_JSC_EXPLAIN", "").strip()
-    try:
-        style: str = variable("TORCHRUN_JSC_EXPLAIN").parse(text)
-    except ValueError:
-        return None
-    return style
 
 
 def _error(message: str, style: Optional[str]) -> NoReturn:

@@ -41,7 +41,7 @@ def as_dict(prepared: Prepared) -> Dict[str, Any]:
         "warnings": list(plan.warnings),
         "predicted_failures": list(plan.predicted_failures),
         "refusal": plan.refusal,
-        "error": _torchrun_error(prepared),
+        "error": _torchrun_error(prepared) or plan.error,
         "verdict": _verdict(prepared),
         "gather_seconds": round(facts.seconds, 4),
     }
@@ -99,14 +99,9 @@ def _torchrun_error(prepared: Prepared) -> Optional[str]:
 
 
 def _verdict(prepared: Prepared) -> str:
-    """``ok``, ``fail`` (a predicted failure), ``refused`` (a guard) or ``error`` (torchrun
-    itself rejects the command line)."""
-    stop = prepared.request.stop
-    if stop is not None and stop.code != 0:
-        return "error"
-    if prepared.plan.refusal is not None:
-        return "refused"
-    return "fail" if prepared.plan.predicted_failures else "ok"
+    """The plan's verdict (:attr:`~torchrun_jsc.plan.Plan.verdict`), or ``error`` when torchrun
+    itself rejects the command line."""
+    return "error" if _torchrun_error(prepared) is not None else prepared.plan.verdict
 
 
 def render_error(message: str, style: str) -> str:

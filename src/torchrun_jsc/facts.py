@@ -90,7 +90,7 @@ def gather(endpoint_host: Optional[str], resolve_timeout: float) -> NodeFacts:
         platform=sys.platform,
         step_age=step_age(),
         cpus=_cpus(),
-        somaxconn=_int_file("/proc/sys/net/core/somaxconn"),
+        somaxconn=read_somaxconn(),
         open_files=_open_files(),
         seconds=time.monotonic() - started,
     )
@@ -136,6 +136,15 @@ def _cpus() -> Optional[int]:
 
     getter = getattr(os, "sched_getaffinity", None)
     return len(getter(0)) if getter is not None else None
+
+
+#: Where the kernel shows ``net.core.somaxconn`` (this network namespace's).
+SOMAXCONN = "/proc/sys/net/core/somaxconn"
+
+
+def read_somaxconn() -> Optional[int]:
+    """``net.core.somaxconn``, the cap of every listen backlog (None when unreadable)."""
+    return _int_file(SOMAXCONN)
 
 
 def _int_file(path: str) -> Optional[int]:

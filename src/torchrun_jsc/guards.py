@@ -1,17 +1,23 @@
 """Guards: launches that cannot work as started, found before anything runs. Pure.
 
-Each finding is ``stop`` (the launch cannot work: refused unless ``TORCHRUN_JSC_GUARDS=warn``),
-``warn`` (it runs, but probably not as meant) or ``fail`` (a predicted failure: explain exits 1).
+:func:`findings` runs every guard once; :func:`outcome` is the one mapping of a finding to
+what happens. A finding is ``stop`` (the launch cannot work: refused unless
+``TORCHRUN_JSC_GUARDS=warn``), ``warn`` (it runs, but probably not as meant) or ``fail`` (it runs
+and is predicted to fail or hang: a warning at launch, explain exits 1).
 """
 
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
+from . import network, slurm
 from .facts import NodeFacts
-from .request import Request
+from .request import SOCKET_IFNAME_VARIABLES, Request
+from .settings import Settings
+from .torch_defaults import JOIN_TIMEOUT, RDZV_HOST
 
-SOCKET_IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+#: What ``TORCHRUN_JSC_GUARDS=warn`` changes, said with every refusal.
+WARN_ANYWAY = "TORCHRUN_JSC_GUARDS=warn launches anyway"
 
 
 class Finding(NamedTuple):
@@ -19,6 +25,98 @@ class Finding(NamedTuple):
 
     kind: str  # "stop", "warn" or "fail"
     message: str
+
+
+class Role(NamedTuple):
+    """What the plan decided for this node's rendezvous, for the guards that check it (all
+    None when torchrun_jsc leaves the rendezvous to torch)."""
+
+    is_host: Optional[bool] = None
+    #: Why ``is_host`` was decided so (the plan's reason).
+    host_reason: str = ""
+    #: The endpoint is one of this node's addresses.
+    endpoint_is_local: Optional[bool] = None
+    address: Optional[str] = None
+    interface: Optional[str] = None
+    #: This node's agent also serves the workers' store (torch 2.6+, group rank 0).
+    serves_workers: bool = False
+
+
+def findings(request: Request, facts: NodeFacts, role: Role) -> List[Finding]:
+    """Every guard's findings for this launch, in a fixed order."""
+    return [
+        *shape_findings(request),
+        *slurm_findings(request),
+        *affinity_findings(request, facts),
+        *role_findings(request, facts, role),
+        *ifname_findings(request, facts, role),
+        *store_host_findings(request, facts, role.is_host, role.serves_workers),
+    ]
+
+
+def outcome(finding: Finding, settings: Settings) -> Tuple[str, str]:
+    """``(outcome, message)``: ``refused`` (exit code 2), ``fail`` (a predicted failure) or
+    ``warn``; a ``stop`` under ``TORCHRUN_JSC_GUARDS=warn`` is a warning."""
+    if finding.kind == "stop":
+        if settings.guards == "stop":
+            return "refused", f"{finding.message}; {WARN_ANYWAY}"
+        return "warn", finding.message
+    if finding.kind == "fail":
+        return "fail", finding.message
+    return "warn", finding.message
+
+
+def shape_findings(request: Request) -> List[Finding]:
+    """Multi-node launches whose agents can never meet: ``--standalone`` with more than one
+    node, and a rendezvous on this machine's loopback in a Slurm step over several nodes."""
+    options, step = request.options, request.slurm
+    if options is None or options.min_nodes < 2:
+        return []
+    waits = f"each node waits alone until join_timeout ({JOIN_TIMEOUT} s)"
+    if options.standalone:
+        return [
+            Finding(
+                "stop",
+                f"--standalone with --nnodes={options.nnodes} can never start: --standalone gives"
+                f" every agent a rendezvous of its own on a random local port, so no other node"
+                f" joins and {waits}; for one node use --nnodes=1, for several drop --standalone"
+                " and give --rdzv_backend=c10d and one --rdzv_endpoint",
+            )
+        ]
+    where = _loopback_rendezvous(request)
+    if where is None or step is None or not step.in_step or not step.is_multi_node:
+        return []
+    if step.problem("num_nodes", "tasks_per_node", "node_id", "nodelist") is not None:
+        return []  # slurm_findings says that the checks were skipped
+    tasks = step.tasks_on_this_node
+    if tasks is not None and tasks >= options.min_nodes:
+        return []  # several agents here: slurm_findings stops that
+    first = slurm.first_host(step.nodelist) if step.nodelist else None
+    name = f" (such as {first}, the step's first node)" if first else ""
+    return [
+        Finding(
+            "stop" if tasks is not None else "fail",
+            f"--nnodes={options.nnodes} with {where} in a {step.num_nodes}-node Slurm step:"
+            f" the agents of the other nodes cannot reach this machine's loopback, so {waits};"
+            f" give every node the same --rdzv_endpoint naming one node of the step{name},"
+            " or set TORCHRUN_JSC_SLURM_AUTO=1",
+        )
+    ]
+
+
+def _loopback_rendezvous(request: Request) -> Optional[str]:
+    """How the rendezvous ends up on this machine's loopback (None: it does not)."""
+    options = request.options
+    assert options is not None
+    if options.rdzv_backend == "c10d":
+        if request.endpoint is None:
+            return f"no --rdzv_endpoint (torch uses {RDZV_HOST})"
+        if request.endpoint.is_loopback:
+            return f"--rdzv_endpoint={request.endpoint.text}"
+    elif options.rdzv_backend == "static" and not options.rdzv_endpoint:
+        loopback = network.is_loopback_host(options.master_addr)
+        return f"the static rendezvous on --master_addr={options.master_addr}" if loopback else None
+    return None
 
 
 def slurm_findings(request: Request) -> List[Finding]:
@@ -61,6 +159,50 @@ def slurm_findings(request: Request) -> List[Finding]:
             )
         )
     return findings
+
+
+def role_findings(request: Request, facts: NodeFacts, role: Role) -> List[Finding]:
+    """This node's decided role against the endpoint's addresses: a host that does not have
+    the endpoint's address, or the endpoint's node that will not host."""
+    if role.endpoint_is_local is None or request.endpoint is None:
+        return []
+    host = request.endpoint.host
+    if role.is_host and not role.endpoint_is_local:
+        return [
+            Finding(
+                "fail",
+                f"this node would host the rendezvous store, but the endpoint {host} "
+                f"({', '.join(facts.endpoint_addresses)}) is not one of its addresses",
+            )
+        ]
+    if role.is_host is False and role.endpoint_is_local:
+        fix = (
+            f"set TORCHRUN_JSC_HOST_NODE_RANK={request.node_rank}"
+            if request.node_rank is not None and request.is_host is None
+            else "give is_host=1 on this node only"
+        )
+        return [
+            Finding(
+                "fail",
+                f"the endpoint {host} is an address of this node, but this node will not host "
+                f"the store ({role.host_reason}); {fix}",
+            )
+        ]
+    return []
+
+
+def ifname_findings(request: Request, facts: NodeFacts, role: Role) -> List[Finding]:
+    """The user's ``*_SOCKET_IFNAME`` variables against the interface that reaches the
+    endpoint (see :func:`user_ifname_finding`)."""
+    if role.interface is None:
+        return []
+    found: List[Finding] = []
+    for name in SOCKET_IFNAME_VARIABLES:
+        value = request.env(name)
+        if value:
+            finding = user_ifname_finding(name, value, role.interface, role.address, facts)
+            found += [finding] if finding is not None else []
+    return found
 
 
 def ifname_selects(variable: str, value: str, interface: str) -> bool:

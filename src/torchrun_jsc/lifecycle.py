@@ -24,13 +24,11 @@ from .patches import params
 from .patches.params import AGENT_SIDE, PatchSpec
 from .request import Request
 from .runtime.node import Node
-from .versions import TorchVersion
+from .versions import OWN_SESSION_FROM, TorchVersion
 
 #: The patches this module decides (all others fix the start).
 PATCHES = AGENT_SIDE
 
-#: torch 2.2 started workers in their own session; earlier ones share the agent's group.
-OWN_SESSION_FROM = (2, 2)
 #: A host that starts this much later than its Slurm step gets a shorter join_timeout.
 LATE_HOST = 30.0
 #: The shortest join_timeout a late host is given.

@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from .errors import ConfigError
+from .torch_defaults import RDZV_PORT
 
 LOCALHOST_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
@@ -27,8 +28,6 @@ class Interface(NamedTuple):
 
 
 ENDPOINT_ACCEPTS = "HOST[:PORT] or [IPV6][:PORT], PORT an integer in 0..65535"
-#: torch's c10d rendezvous port when ``--rdzv_endpoint`` names none.
-DEFAULT_RDZV_PORT = 29400
 
 
 class Endpoint(NamedTuple):
@@ -41,7 +40,7 @@ class Endpoint(NamedTuple):
     @property
     def port_or_default(self) -> int:
         """The port torch's c10d rendezvous uses."""
-        return DEFAULT_RDZV_PORT if self.port is None else self.port
+        return RDZV_PORT if self.port is None else self.port
 
     @property
     def is_loopback(self) -> bool:

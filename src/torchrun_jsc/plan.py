@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from . import guards, lifecycle, network
-from .errors import ConfigError
+from .errors import UnsupportedTorchError
 from .facts import NodeFacts
 from .patches.params import HostMatcher, PatchSpec, name_of_type
-from .request import IGNORED_RDZV_KEYS, Request, format_rdzv_conf, torch_bool
+from .request import IGNORED_RDZV_KEYS, SOCKET_IFNAME_VARIABLES, Request, format_rdzv_conf
 from .settings import Settings
 from .versions import (
     Strategy,
@@ -34,6 +34,19 @@ class Decision(NamedTuple):
     reason: str
 
 
+#: A plan's verdicts, best first; a plan's verdict is the worst of its problems' outcomes.
+VERDICTS = ("ok", "fail", "refused", "error")
+
+
+class Problem(NamedTuple):
+    """Why this launch cannot work as started. ``outcome``: ``fail`` (it goes ahead, predicted
+    to fail or hang: a warning, explain exits 1), ``refused`` (a guard stops it: exit code 2) or
+    ``error`` (it cannot be planned, e.g. the endpoint does not resolve: exit code 2)."""
+
+    outcome: str
+    message: str
+
+
 class Plan(NamedTuple):
     """What torchrun_jsc does on this node."""
 
@@ -45,13 +58,34 @@ class Plan(NamedTuple):
     patches: Tuple[PatchSpec, ...] = ()
     warnings: Tuple[str, ...] = ()
     decisions: Tuple[Decision, ...] = ()
-    #: Problems that will make the launch fail or hang (explain exits non-zero on any).
-    predicted_failures: Tuple[str, ...] = ()
-    #: Why the launch is refused (a guard; exit code 2), None when it goes ahead.
-    refusal: Optional[str] = None
+    #: Why the launch cannot work as started: the one place that says so.
+    problems: Tuple[Problem, ...] = ()
     is_host: Optional[bool] = None
     advertised_address: Optional[str] = None
     interface: Optional[str] = None
+
+    @property
+    def verdict(self) -> str:
+        """The worst outcome among the problems (one of :data:`VERDICTS`)."""
+        return max((p.outcome for p in self.problems), key=VERDICTS.index, default="ok")
+
+    def _messages(self, outcome: str) -> Tuple[str, ...]:
+        return tuple(p.message for p in self.problems if p.outcome == outcome)
+
+    @property
+    def predicted_failures(self) -> Tuple[str, ...]:
+        """Problems that will make the launch fail or hang."""
+        return self._messages("fail")
+
+    @property
+    def refusal(self) -> Optional[str]:
+        """Why a guard refuses the launch (None when it goes ahead)."""
+        return next(iter(self._messages("refused")), None)
+
+    @property
+    def error(self) -> Optional[str]:
+        """Why the launch cannot be planned (None when it can)."""
+        return next(iter(self._messages("error")), None)
 
     @property
     def changes_anything(self) -> bool:
@@ -93,8 +127,7 @@ class _Draft:
         patches: Optional[List[PatchSpec]] = None,
         warnings: Optional[List[str]] = None,
         decisions: Optional[List[Decision]] = None,
-        failures: Optional[List[str]] = None,
-        refusal: Optional[str] = None,
+        problems: Optional[List[Problem]] = None,
         is_host: Optional[bool] = None,
         address: Optional[str] = None,
         interface: Optional[str] = None,
@@ -106,24 +139,31 @@ class _Draft:
         self.patches = [] if patches is None else patches
         self.warnings = [] if warnings is None else warnings
         self.decisions = [] if decisions is None else decisions
-        self.failures = [] if failures is None else failures
-        self.refusal = refusal
+        self.problems = [] if problems is None else problems
         self.is_host = is_host
         self.address = address
         self.interface = interface
+        #: What the guards check of this node's rendezvous role.
+        self.role = guards.Role()
 
     def decide(self, topic: str, value: object, reason: str) -> None:
         self.decisions.append(Decision(topic, str(value), reason))
 
 
 def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
-    """Decide everything torchrun_jsc does on this node. Pure: same inputs, same plan.
-
-    Raises :class:`~torchrun_jsc.errors.UnsupportedTorchError` below torch 1.9 and
-    :class:`~torchrun_jsc.errors.ConfigError` when the endpoint did not resolve.
-    """
-    version = TorchVersion.parse(torch_version)
-    strategy = strategy_for(version)
+    """Decide everything torchrun_jsc does on this node. Pure: same inputs, same plan; it never
+    raises for a launch that cannot work, its :attr:`Plan.problems` say why (an ``error`` for
+    a torch below 1.9 or an endpoint that does not resolve)."""
+    try:
+        version = TorchVersion.parse(torch_version)
+        strategy = strategy_for(version)
+    except UnsupportedTorchError as exc:
+        return Plan(
+            torch_version=torch_version,
+            strategy="unsupported",
+            argv=request.argv,
+            problems=(Problem("error", str(exc)),),
+        )
     draft = _Draft()
     if is_untested(version):
         draft.warnings.append(
@@ -139,12 +179,14 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
         for option, value, reason in request.auto.reasons:
             draft.decide(option, value, f"Slurm auto-configuration: {reason}")
         draft.args.extend(request.auto.args)
-    _apply_guards(draft, request, facts)
     fixing = False
     if request.untouched is not None:
         draft.decide("rendezvous", "unchanged", request.untouched)
     else:
         fixing = _fix_rendezvous(draft, request, version, facts)
+        if any(p.outcome == "error" for p in draft.problems):
+            return _finish(draft, request, version, strategy)
+    _apply_guards(draft, request, facts)
     _agent_side(draft, request, version, facts, fixing)
     return _finish(draft, request, version, strategy)
 
@@ -163,13 +205,13 @@ def _agent_side(
 
 
 def _apply_guards(draft: _Draft, request: Request, facts: NodeFacts) -> None:
-    for finding in [*guards.slurm_findings(request), *guards.affinity_findings(request, facts)]:
-        if finding.kind == "stop" and request.settings.guards == "stop":
-            draft.refusal = f"{finding.message}; TORCHRUN_JSC_GUARDS=warn launches anyway"
-        elif finding.kind == "fail":
-            draft.failures.append(finding.message)
+    """Every guard, once; each finding becomes a warning or a problem (guards.outcome)."""
+    for finding in guards.findings(request, facts, draft.role):
+        outcome, message = guards.outcome(finding, request.settings)
+        if outcome == "warn":
+            draft.warnings.append(message)
         else:
-            draft.warnings.append(finding.message)
+            draft.problems.append(Problem(outcome, message))
 
 
 def _torch_bug_patches(
@@ -217,49 +259,43 @@ def _fix_rendezvous(
                 f"use {instead}"
             )
     if facts.resolve_error is not None or not facts.endpoint_addresses:
-        raise ConfigError(
-            f"--rdzv_endpoint host {host!r} does not resolve on {facts.hostname or 'this node'}"
-            f" ({facts.resolve_error or 'no address'}) after "
-            f"{settings.resolve_timeout:g} s; accepted: a name or address every node can resolve"
+        draft.problems.append(
+            Problem(
+                "error",
+                f"--rdzv_endpoint host {host!r} does not resolve on"
+                f" {facts.hostname or 'this node'} ({facts.resolve_error or 'no address'}) after"
+                f" {settings.resolve_timeout:g} s; accepted: a name or address every node can"
+                " resolve",
+            )
         )
+        return False
     if all(_is_loopback(a) for a in facts.endpoint_addresses):
         draft.decide(
             "rendezvous", "unchanged", f"endpoint {host} resolves to loopback addresses only"
         )
         return False
     local = bool(facts.local_endpoint_addresses)
-    _decide_is_host(draft, request, conf, local)
+    _decide_is_host(draft, request, local)
     _decide_address(draft, request, strategy_for(version), facts)
-    if draft.is_host and not local:
-        draft.failures.append(
-            f"this node would host the rendezvous store, but the endpoint {host} "
-            f"({', '.join(facts.endpoint_addresses)}) is not one of its addresses"
-        )
-    if draft.is_host is False and local:
-        why = next(d.reason for d in draft.decisions if d.topic == "is_host")
-        fix = (
-            f"set TORCHRUN_JSC_HOST_NODE_RANK={request.node_rank}"
-            if request.node_rank is not None and "is_host" not in conf
-            else "give is_host=1 on this node only"
-        )
-        draft.failures.append(
-            f"the endpoint {host} is an address of this node, but this node will not host "
-            f"the store ({why}); {fix}"
-        )
-    _decide_ifname(draft, request, facts)
+    _decide_ifname(draft, request)
     _torch_bug_variables(draft, request, version, facts)
-    # node rank 0 is group rank 0 in node order; its agent may also serve the workers' store
-    serves_workers = strategy_for(version).agent_serves_worker_store and request.node_rank == 0
-    for finding in guards.store_host_findings(request, facts, draft.is_host, serves_workers):
-        draft.warnings.append(finding.message)
+    draft.role = guards.Role(
+        is_host=draft.is_host,
+        host_reason=next((d.reason for d in draft.decisions if d.topic == "is_host"), ""),
+        endpoint_is_local=local,
+        address=draft.address,
+        interface=draft.interface,
+        # node rank 0 is group rank 0 in node order; its agent may serve the workers' store
+        serves_workers=strategy_for(version).agent_serves_worker_store and request.node_rank == 0,
+    )
     return request.options.multi_node
 
 
-def _decide_is_host(draft: _Draft, request: Request, conf: Dict[str, str], local: bool) -> None:
+def _decide_is_host(draft: _Draft, request: Request, local: bool) -> None:
     assert request.endpoint is not None
     host, settings = request.endpoint.host, request.settings
-    if "is_host" in conf:
-        draft.is_host = torch_bool("is_host", conf["is_host"])
+    if request.is_host is not None:
+        draft.is_host = request.is_host
         draft.decide("is_host", int(draft.is_host), "given by the user; kept")
         return
     if not settings.prefer_arg_patching:
@@ -312,8 +348,11 @@ def _decide_address(draft: _Draft, request: Request, strategy: Strategy, facts: 
         # A torch that takes --local_addr but ignores it for MASTER_ADDR (2.4): honour it.
         address, how = given, "--local_addr given by the user"
     elif address is None:
-        draft.failures.append(
-            f"no route from this node to the endpoint ({', '.join(facts.endpoint_addresses)})"
+        draft.problems.append(
+            Problem(
+                "fail",
+                f"no route from this node to the endpoint ({', '.join(facts.endpoint_addresses)})",
+            )
         )
         return
     if strategy.local_addr_arg and not settings.prefer_old_solution:
@@ -346,17 +385,13 @@ def _own_address(facts: NodeFacts) -> Tuple[Optional[str], str]:
     return None, ""
 
 
-def _decide_ifname(draft: _Draft, request: Request, facts: NodeFacts) -> None:
+def _decide_ifname(draft: _Draft, request: Request) -> None:
     if draft.interface is None:
         return
-    for name in guards.SOCKET_IFNAME_VARIABLES:
+    for name in SOCKET_IFNAME_VARIABLES:
         value = request.env(name)
         if value:
-            draft.decide(name, value, "set by the user; kept")
-            finding = guards.user_ifname_finding(name, value, draft.interface, draft.address, facts)
-            if finding is not None:
-                target = draft.failures if finding.kind == "fail" else draft.warnings
-                target.append(finding.message)
+            draft.decide(name, value, "set by the user; kept")  # checked by the guards
         elif request.settings.set_socket_ifname:
             draft.env[name] = draft.interface
             draft.decide(name, draft.interface, f"the interface of {draft.address}")
@@ -376,8 +411,7 @@ def _finish(draft: _Draft, request: Request, version: TorchVersion, strategy: St
         patches=tuple(draft.patches),
         warnings=tuple(draft.warnings),
         decisions=tuple(draft.decisions),
-        predicted_failures=tuple(draft.failures),
-        refusal=draft.refusal,
+        problems=tuple(draft.problems),
         is_host=draft.is_host,
         advertised_address=draft.address,
         interface=draft.interface,

@@ -17,18 +17,17 @@ from .network import Endpoint, parse_endpoint
 from .settings import Settings
 from .slurm import SlurmStep
 from .torch_cli import CommandLine, Parsed, Stop, TorchCli
+from .torch_defaults import RDZV_SECONDS
+from .versions import TORCH_BUGS
 
-#: Variables of other tools the plan consults (it reads nothing else of the environment).
+#: The variables that choose gloo's and NCCL's network interface.
+SOCKET_IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+#: Variables of other tools the plan consults (it reads nothing else of the environment): the
+#: interface variables and those torchrun_jsc sets against torch bugs unless the user did.
 CONSULTED = (
-    "GLOO_SOCKET_IFNAME",
-    "NCCL_SOCKET_IFNAME",
-    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
+    *SOCKET_IFNAME_VARIABLES,
+    *(bug.env[0] for bug in TORCH_BUGS if bug.env is not None),
 )
-#: torch's c10d rendezvous defaults (rendezvous/dynamic_rendezvous.py, c10d_rendezvous_backend.py).
-DEFAULT_JOIN_TIMEOUT = 600
-DEFAULT_READ_TIMEOUT = 60
-#: Rendezvous keys torch reads as integers (seconds).
-_INT_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout")
 #: Keys the c10d rendezvous silently ignores, with the key to use instead.
 IGNORED_RDZV_KEYS = {"timeout": "join_timeout (and read_timeout for the store)"}
 TORCH_TRUE = frozenset({"1", "true", "t", "yes", "y"})
@@ -57,6 +56,8 @@ class LaunchOptions(NamedTuple):
     signals_to_handle: Optional[str]
     #: Options (argparse ``dest`` names) given on the command line or by ``PET_*``.
     given: FrozenSet[str]
+    #: ``--master_addr``: the static rendezvous's host when there is no ``--rdzv_endpoint``.
+    master_addr: str = "127.0.0.1"
 
     @property
     def multi_node(self) -> bool:
@@ -84,6 +85,8 @@ class Request(NamedTuple):
     #: The rendezvous configuration (c10d), checked as torch would check it.
     rdzv_conf: Tuple[Tuple[str, str], ...] = ()
     endpoint: Optional[Endpoint] = None
+    #: ``is_host`` as given in ``--rdzv_conf`` (None: not given), read as torch reads it.
+    is_host: Optional[bool] = None
     #: Why torchrun_jsc leaves the rendezvous alone (None: it fixes it).
     untouched: Optional[str] = None
     node_rank: Optional[int] = None
@@ -103,8 +106,7 @@ class Request(NamedTuple):
 
     def conf_seconds(self, key: str) -> int:
         """An integer rendezvous timeout, torch's default when not given."""
-        default = {"join_timeout": DEFAULT_JOIN_TIMEOUT, "read_timeout": DEFAULT_READ_TIMEOUT}
-        return int(self.conf.get(key, default.get(key, 0)))
+        return int(self.conf.get(key, RDZV_SECONDS[key]))
 
     @property
     def lookup_host(self) -> Optional[str]:
@@ -127,13 +129,16 @@ def read_request(
     if isinstance(first, Stop):
         return base._replace(stop=first)
     notes: List[str] = []
-    auto, filled = _auto_configure(command, argv, first, settings, step, notes)
+    auto, filled = _auto_configure(first, settings, step, notes)
     options = _options(command, filled)
     untouched = _untouched(options)
     conf: Dict[str, str] = {}
     endpoint: Optional[Endpoint] = None
+    is_host: Optional[bool] = None
     if options.rdzv_backend == "c10d" and not options.standalone:
         conf = read_rdzv_conf(options.rdzv_conf)
+        if "is_host" in conf:
+            is_host = torch_bool("is_host", conf["is_host"])
         if options.rdzv_endpoint:
             endpoint = parse_endpoint(options.rdzv_endpoint)
             _check_multi_node_endpoint(endpoint, options)
@@ -155,6 +160,7 @@ def read_request(
         notes=tuple(notes),
         rdzv_conf=tuple(conf.items()),
         endpoint=endpoint,
+        is_host=is_host,
         untouched=untouched,
         node_rank=node_rank,
         node_rank_source=source,
@@ -162,14 +168,16 @@ def read_request(
 
 
 def _auto_configure(
-    command: CommandLine,
-    argv: Sequence[str],
     parsed: Parsed,
     settings: Settings,
     step: Optional[SlurmStep],
     notes: List[str],
 ) -> Tuple[Optional[autoconfig.AutoArgs], Parsed]:
-    """Slurm auto-configuration: the arguments it adds and the command line with them."""
+    """Slurm auto-configuration: the arguments it adds and the command line with them.
+
+    The command line is not parsed again: every added option is a string option that torch's
+    parser stores as given, inserted where ``parsed.insert_at`` was proven to take options, so
+    its values are the parsed ones with the added values over them."""
     if not settings.slurm_auto:
         return None, parsed
     if step is None or not step.in_step:
@@ -179,15 +187,10 @@ def _auto_configure(
     auto = autoconfig.slurm_args(step, parsed.given, backend, settings.host_suffix)
     if not auto.args:
         return auto, parsed
-    at = parsed.insert_at
-    filled = command.parse([*argv[:at], *auto.args, *argv[at:]])
-    if not isinstance(filled, Parsed) or any(
-        filled.values.get(dest) != value for dest, value in auto.values
-    ):
-        raise ConfigError(  # pragma: no cover - insert_at was proven by a probe
-            f"torchrun does not take the auto-configured options {' '.join(auto.args)} here"
-        )
-    return auto, filled
+    added = dict(auto.values)
+    return auto, parsed._replace(
+        values={**parsed.values, **added}, given=parsed.given | frozenset(added)
+    )
 
 
 def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
@@ -222,6 +225,7 @@ def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
         node_rank=node_rank if isinstance(node_rank, int) and node_rank >= 0 else None,
         signals_to_handle=values.get("signals_to_handle"),
         given=parsed.given,
+        master_addr=str(values.get("master_addr") or "127.0.0.1"),
     )
 
 
@@ -270,7 +274,8 @@ def _node_rank(
 
 def read_rdzv_conf(text: str) -> Dict[str, str]:
     """``k1=v1,k2=v2`` as torch reads it (last duplicate wins), with the values torch reads as
-    booleans and integers checked; raises :class:`ConfigError`."""
+    integers checked (``is_host``, a boolean, is read by :func:`read_request`); raises
+    :class:`ConfigError`."""
     conf: Dict[str, str] = {}
     if not text.strip():
         return conf
@@ -283,9 +288,7 @@ def read_rdzv_conf(text: str) -> Dict[str, str]:
                 "accepted: KEY=VALUE pairs separated by commas, no empty key or value"
             )
         conf[key] = value
-    if "is_host" in conf:
-        torch_bool("is_host", conf["is_host"])
-    for key in _INT_KEYS:
+    for key in RDZV_SECONDS:
         if key in conf and not (conf[key].isascii() and conf[key].isdigit()):
             raise ConfigError(
                 f"--rdzv_conf {key}={conf[key]!r} is not valid; accepted: whole seconds >= 0"

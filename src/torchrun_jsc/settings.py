@@ -13,6 +13,8 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from . import envvars
 from .errors import ConfigError
+from .patches.wait_for_host import SAY_EVERY
+from .torch_defaults import JOIN_TIMEOUT, READ_TIMEOUT, TERM_GRACE
 
 #: Largest node rank accepted anywhere (far above any machine's node count).
 MAX_NODE_RANK = 1_000_000
@@ -94,7 +96,7 @@ def _suffix(text: str) -> str:
     return text
 
 
-def explain_style(text: str) -> str:
+def explain_format(text: str) -> str:
     """``TORCHRUN_JSC_EXPLAIN``'s format: ``text`` or ``json``; ``1`` is ``text``."""
     if text == "1":
         return "text"
@@ -239,7 +241,7 @@ VARIABLES: Tuple[Variable, ...] = (
     Variable(
         "TORCHRUN_JSC_EXPLAIN",
         "explain",
-        explain_style,
+        explain_format,
         None,
         "empty",
         "empty, 'text' (or 1) or 'json'",
@@ -286,8 +288,9 @@ VARIABLES: Tuple[Variable, ...] = (
         "'stop' or 'warn'",
         (
             "A launch that cannot work (several Slurm tasks per node each starting an agent; a "
-            "multi-node launch started outside `srun`) stops with the fix in the message, or only "
-            "warns."
+            "multi-node launch started outside `srun`; `--standalone` with `--nnodes=2`; "
+            "`--nnodes=2` with a `localhost` rendezvous in a multi-node step) stops with the fix "
+            "in the message, or only warns."
         ),
         short="`stop`, `warn`",
     ),
@@ -372,12 +375,12 @@ VARIABLES: Tuple[Variable, ...] = (
         "term_grace",
         seconds,
         None,
-        "torch's (30, or --shutdown-timeout)",
+        f"torch's ({TERM_GRACE}, or --shutdown-timeout)",
         f"seconds in 0..{MAX_SECONDS:g}",
         (
             "After SIGTERM/SIGINT (scancel, the time limit) or a failure, how long workers "
             "may take "
-            "to exit before SIGKILL, on every torch release (torch: 30 s; "
+            f"to exit before SIGKILL, on every torch release (torch: {TERM_GRACE} s; "
             "`--shutdown-timeout` from "
             "2.12)."
         ),
@@ -406,9 +409,10 @@ VARIABLES: Tuple[Variable, ...] = (
         (
             "1: a node keeps trying to reach the rendezvous host until the rendezvous "
             "`join_timeout` "
-            "(600 s) runs out, counted from the Slurm step's start, saying so at once and "
-            "every 30 s (torch gives"
-            " up after `read_timeout`, 60 s); a host that starts late waits only as long as the "
+            f"({JOIN_TIMEOUT} s) runs out, counted from the Slurm step's start, saying so at once"
+            f" and every {SAY_EVERY:g} s (torch gives"
+            f" up after `read_timeout`, {READ_TIMEOUT} s); a host that starts late waits only as"
+            " long as the "
             "others still wait. 0: torch's behaviour."
         ),
         short="0, 1",
@@ -438,6 +442,17 @@ _BY_NAME: Dict[str, Variable] = {v.name: v for v in VARIABLES}
 def variable(name: str) -> Variable:
     """The table row of ``name``."""
     return _BY_NAME[name]
+
+
+def explain_style(env: Mapping[str, str]) -> Optional[str]:
+    """``TORCHRUN_JSC_EXPLAIN`` read leniently: its format, or None when unset or not valid
+    (so that errors, a bad value of it among them, can be shown in the format asked for)."""
+    var = variable("TORCHRUN_JSC_EXPLAIN")
+    try:
+        style: Optional[str] = envvars.parsed(env, var.name, var.parse, var.accepted)
+    except ConfigError:
+        return None
+    return style
 
 
 class Settings(NamedTuple):

@@ -130,6 +130,8 @@ TESTED_RELEASES = (
     "2.15.0",
 )
 MINIMUM = (1, 9)
+#: torch starts workers in their own session from 2.2; earlier ones share the agent's group.
+OWN_SESSION_FROM = (2, 2)
 #: The newest tested minor release; anything newer gets the last row and a warning.
 NEWEST_TESTED = max(tuple(int(x) for x in v.split(".")[:2]) for v in TESTED_RELEASES)
 

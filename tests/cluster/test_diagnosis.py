@@ -113,6 +113,21 @@ def test_guard_single_node_config_in_multi_node_step(main_cluster: Cluster) -> N
     assert len(results) == 4 and all(x.world == 1 and x.ok for x in results), describe(r)
 
 
+def test_guard_localhost_rendezvous_in_multi_node_step(main_cluster: Cluster) -> None:
+    """Each node would wait alone on its own loopback until join_timeout: refused at once."""
+    argv = jsc(main_cluster, "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:29400")
+    r = main_cluster.srun(argv, nodes=2, timeout=90)
+    assert r.returncode == 2, describe(r)
+    tasks = split_labeled(r.output)
+    assert sorted(tasks) == [0, 1], describe(r)
+    for out in tasks.values():
+        assert (
+            "torchrun_jsc: error: --nnodes=2 with --rdzv_endpoint=localhost:29400 in a 2-node"
+            " Slurm step: the agents of the other nodes cannot reach this machine's loopback" in out
+        ), out
+    assert not parse_results(r.output)
+
+
 # --------------------------------------------------------------------------- CPUs and limits
 
 

@@ -92,7 +92,7 @@ def test_the_repository_url_has_one_value_everywhere() -> None:
 @pytest.mark.parametrize(("value", "style"), [("1", "text"), ("text", "text"), ("json", "json")])
 def test_explain_1_is_text(value: str, style: str) -> None:
     assert Settings.from_env({"TORCHRUN_JSC_EXPLAIN": value}).explain == style
-    assert cli._explain_style({"TORCHRUN_JSC_EXPLAIN": f" {value} "}) == style
+    assert cli.explain_style({"TORCHRUN_JSC_EXPLAIN": f" {value} "}) == style
 
 
 @pytest.mark.parametrize("value", ["0", "2", "yaml", "TEXT", "true"])
@@ -101,7 +101,7 @@ def test_explain_other_values_are_refused_and_name_1(value: str) -> None:
         Settings.from_env({"TORCHRUN_JSC_EXPLAIN": value})
     assert str(info.value).endswith(f"accepted: {variable('TORCHRUN_JSC_EXPLAIN').accepted}")
     assert "1" in variable("TORCHRUN_JSC_EXPLAIN").accepted
-    assert cli._explain_style({"TORCHRUN_JSC_EXPLAIN": value}) is None
+    assert cli.explain_style({"TORCHRUN_JSC_EXPLAIN": value}) is None
 
 
 def test_explain_1_renders_the_text_explain(capsys: pytest.CaptureFixture[str]) -> None:

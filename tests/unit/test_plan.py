@@ -7,9 +7,10 @@ from typing import Dict, Optional, Tuple
 import pytest
 
 from torchrun_jsc import lifecycle
-from torchrun_jsc.errors import ConfigError, UnsupportedTorchError
+from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.facts import NodeFacts
 from torchrun_jsc.plan import Plan
+from torchrun_jsc.versions import TESTED_RELEASES
 
 from .layouts import ib, ib6, mgmt, node
 from .planning import plan as planned
@@ -24,29 +25,18 @@ JSC = [
     "--rdzv_endpoint=node0i:29500",
     *SCRIPT,
 ]
+#: Every tested release (the version table's list), and spellings and releases around them:
+#: untested minors within the supported range, a pre-release, local version parts and a
+#: release newer than every tested one.
 ALL_VERSIONS = [
+    *TESTED_RELEASES,
     "1.9.0",
     "1.10.2",
     "1.11.0",
     "1.12.1",
-    "1.13.1",
     "1.13.0a0",
-    "2.0.1",
-    "2.1.2",
-    "2.2.2",
-    "2.3.1",
-    "2.4.1",
-    "2.5.1",
-    "2.6.0",
-    "2.7.1",
-    "2.8.0",
-    "2.9.1",
-    "2.10.0",
     "2.11.0+cu130",
-    "2.12.1",
     "2.13.0+cpu",
-    "2.14.1",
-    "2.15.0",
     "3.0.0",
 ]
 
@@ -130,10 +120,20 @@ def test_prefer_old_solution_patches_instead_of_local_addr(version: str) -> None
     assert advertise == [(expected, {"address": ib(1)})]
 
 
-@pytest.mark.parametrize("version", ["1.8.1", "0.4.0", "1.2"])
-def test_torch_below_1_9_is_refused(version: str) -> None:
-    with pytest.raises(UnsupportedTorchError, match=r"needs torch >= 1\.9"):
-        plan(version=version)
+@pytest.mark.parametrize(
+    ("version", "words"),
+    [
+        ("1.8.1", "torch 1.8.1 is not supported: torchrun_jsc needs torch >= 1.9"),
+        ("0.4.0", "torch 0.4.0 is not supported: torchrun_jsc needs torch >= 1.9"),
+        ("1.2", "torch 1.2 is not supported: torchrun_jsc needs torch >= 1.9"),
+        ("abc", "cannot read the torch version 'abc'; expected MAJOR.MINOR[.PATCH]"),
+    ],
+)
+def test_unsupported_torch_is_the_plans_error(version: str, words: str) -> None:
+    """The plan returns its verdict, it does not raise; nothing is planned."""
+    p = plan(version=version)
+    assert (p.verdict, p.error) == ("error", words)
+    assert p.argv == tuple(JSC) and not p.changes_anything and p.warnings == ()
 
 
 # ----------------------------------------------------------------------------- spellings
@@ -270,6 +270,8 @@ def test_user_local_addr_on_torch_2_4_is_honoured_by_patch() -> None:
         ["--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29400", *SCRIPT],
         ["--rdzv_backend=c10d", "--rdzv_endpoint=[::1]:29400", *SCRIPT],
         ["--rdzv_backend=c10d", *SCRIPT],
+        ["--standalone", "--nnodes=2", *SCRIPT],
+        ["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:29400", *SCRIPT],
         ["--help"],
         ["--no-such-option", *SCRIPT],
     ],
@@ -281,6 +283,8 @@ def test_user_local_addr_on_torch_2_4_is_honoured_by_patch() -> None:
         "loopback4",
         "loopback6",
         "no-endpoint",
+        "standalone-nnodes-2",
+        "localhost-nnodes-2",
         "help",
         "usage-error",
     ],
@@ -526,14 +530,15 @@ def test_bad_input_is_one_line_config_error(
     assert "\n" not in str(info.value)
 
 
-def test_unresolvable_endpoint_is_a_config_error() -> None:
+def test_unresolvable_endpoint_is_the_plans_error() -> None:
     facts = node(1, resolve_error="Name or service not known")
-    with pytest.raises(
-        ConfigError,
-        match=r"^--rdzv_endpoint host 'node0i' does not resolve on "
-        r"node1 \(Name or service not known\) after 5 s",
-    ):
-        plan(env={"SLURM_NODEID": "1"}, facts=facts)
+    p = plan(env={"SLURM_NODEID": "1"}, facts=facts)
+    assert p.verdict == "error" and p.refusal is None and p.predicted_failures == ()
+    assert p.error == (
+        "--rdzv_endpoint host 'node0i' does not resolve on node1 (Name or service not known)"
+        " after 5 s; accepted: a name or address every node can resolve"
+    )
+    assert not p.changes_anything, "nothing is planned for a launch that cannot be planned"
 
 
 def test_ignored_rdzv_timeout_key_warns() -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import List, Optional, TextIO, Tuple
 
 from .. import network
+from ..facts import read_somaxconn
 from ..plan import Prepared
 from ..slurm import expand_hostlist
 from .assign import MAX_PROBES, assign_probes, probe_offsets, probe_targets, probers_of
@@ -75,7 +76,8 @@ async def run_node_async(config: NodeConfig) -> NodeResult:
     deadline = started + config.timeout
     report = config.report
     stop = asyncio.Event()
-    backlog = listen_backlog(config.expected)
+    somaxconn = config.somaxconn if config.somaxconn is not None else read_somaxconn()
+    backlog = listen_backlog(config.expected, somaxconn)
     probes: Optional[ProbeServer] = None
     if report.address is not None:
         try:
@@ -262,6 +264,7 @@ def node_config(prepared: Prepared) -> NodeConfig:
         expected=expected_nodes(options.min_nodes, options.max_nodes, step_nodes),
         timeout=request.settings.preflight_timeout,
         names_by_rank=names_by_rank(prepared),
+        somaxconn=facts.somaxconn,
     )
 
 

@@ -195,6 +195,8 @@ class NodeConfig:
     #: The source address of this node's connections (None: the kernel picks it). Set by the
     #: loopback benchmark, which gives every simulated node its own 127.x.y.z.
     source_address: Optional[str] = None
+    #: This node's ``net.core.somaxconn`` as its facts found it (None: read it when needed).
+    somaxconn: Optional[int] = None
 
 
 @dataclass

@@ -34,17 +34,13 @@ RESULTS_GRACE = 5.0
 SEND_GRACE = 3.0
 #: A listen backlog when the kernel's limit cannot be read.
 DEFAULT_BACKLOG_CAP = 4096
-SOMAXCONN = "/proc/sys/net/core/somaxconn"
 
 
-def listen_backlog(expected: int) -> int:
+def listen_backlog(expected: int, somaxconn: Optional[int]) -> int:
     """A listen backlog for a job of ``expected`` nodes: at least 128 and the node count, at
-    most what the kernel allows (``net.core.somaxconn``, which caps it silently anyway)."""
-    try:
-        with open(SOMAXCONN) as f:
-            cap = int(f.read().strip())
-    except (OSError, ValueError):
-        cap = DEFAULT_BACKLOG_CAP
+    most what the kernel allows (``somaxconn``, ``net.core.somaxconn``, which caps it silently
+    anyway; None: unknown)."""
+    cap = DEFAULT_BACKLOG_CAP if somaxconn is None else somaxconn
     return max(1, min(max(128, expected), cap))
 
 
