@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from . import guards, lifecycle, network
+from .envvars import shown
 from .errors import ConfigError
 from .facts import NodeFacts
-from .request import IGNORED_RDZV_KEYS, Request, format_rdzv_conf, torch_bool
+from .request import IGNORED_RDZV_KEYS, NPROC_ACCEPTS, Request, format_rdzv_conf, torch_bool
 from .settings import Settings
 from .versions import (
     PATCH_HOST_MATCHER,
@@ -62,6 +63,10 @@ class Plan(NamedTuple):
     predicted_failures: Tuple[str, ...] = ()
     #: Why the launch is refused (a guard; exit code 2), None when it goes ahead.
     refusal: Optional[str] = None
+    #: Bad input that only this node's facts show (``--nproc_per_node=gpu`` without a CUDA
+    #: device): a launch stops with it (exit code 2); it is also a predicted failure, which is
+    #: how explain shows it.
+    launch_error: Optional[str] = None
     is_host: Optional[bool] = None
     advertised_address: Optional[str] = None
     interface: Optional[str] = None
@@ -111,6 +116,7 @@ class _Draft:
         is_host: Optional[bool] = None,
         address: Optional[str] = None,
         interface: Optional[str] = None,
+        launch_error: Optional[str] = None,
     ) -> None:
         self.args = [] if args is None else args
         #: Rendezvous keys to set in the one --rdzv_conf torchrun_jsc adds.
@@ -124,6 +130,7 @@ class _Draft:
         self.is_host = is_host
         self.address = address
         self.interface = interface
+        self.launch_error = launch_error
 
     def decide(self, topic: str, value: object, reason: str) -> None:
         self.decisions.append(Decision(topic, str(value), reason))
@@ -152,6 +159,7 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
         for option, value, reason in request.auto.reasons:
             draft.decide(option, value, f"Slurm auto-configuration: {reason}")
         draft.args.extend(request.auto.args)
+    _check_nproc_word(draft, request, version, facts)
     _apply_guards(draft, request, facts)
     fixing = False
     if request.untouched is not None:
@@ -173,6 +181,25 @@ def _agent_side(
     if draft.conf:  # after the auto-configured options, before --local_addr
         at = len(request.auto.args) if request.auto is not None else 0
         draft.args.insert(at, f"--rdzv_conf={format_rdzv_conf({**request.conf, **draft.conf})}")
+
+
+def _check_nproc_word(
+    draft: _Draft, request: Request, version: TorchVersion, facts: NodeFacts
+) -> None:
+    """``--nproc_per_node=gpu`` (or another word) that torch refuses on this node."""
+    word, refused = request.nproc_word, facts.local_world_size_error
+    if word is None or refused is None or request.options is None:
+        return
+    if "not available" in refused:
+        device = {"gpu": "CUDA", "xpu": "XPU"}.get(word, word)
+        reason = f"this node has no {device} device"
+    elif "Unsupported" in refused:
+        reason = f"torch {version} knows no such device"
+    else:
+        reason = f"torch: {shown(refused)}"
+    source = request.options.source("nproc_per_node")
+    draft.launch_error = f"{source}={shown(word)} is not valid: {reason}; accepted: {NPROC_ACCEPTS}"
+    draft.failures.append(draft.launch_error)
 
 
 def _apply_guards(draft: _Draft, request: Request, facts: NodeFacts) -> None:
@@ -315,6 +342,8 @@ def _decide_address(draft: _Draft, request: Request, strategy: Strategy, facts: 
     if address is not None:
         draft.address = address
         draft.interface = facts.interface_of(address)
+    if given is not None:
+        _check_local_addr(draft, given, facts)
     if given is not None and strategy.local_addr_arg:
         draft.decide("advertised address", given, "--local_addr given by the user; kept")
         return
@@ -344,6 +373,21 @@ def _decide_address(draft: _Draft, request: Request, strategy: Strategy, facts: 
         )
         mechanism = f"patch {strategy.advertise_patch}"
     draft.decide("advertised address", address, f"{how}; via {mechanism}")
+
+
+def _check_local_addr(draft: _Draft, given: str, facts: NodeFacts) -> None:
+    """A ``--local_addr`` of the user's is kept; warn when it cannot be this node's address."""
+    kept = "kept as given, but the other nodes cannot reach this node by it"
+    if facts.local_addr_error is not None:
+        draft.warnings.append(
+            f"--local_addr {shown(given)} does not resolve on {facts.hostname or 'this node'}"
+            f" ({facts.local_addr_error}); {kept}"
+        )
+    elif facts.local_addr_addresses and not facts.local_addr_own:
+        draft.warnings.append(
+            f"--local_addr {shown(given)} ({', '.join(facts.local_addr_addresses)}) is not an"
+            f" address of {facts.hostname or 'this node'}; {kept}"
+        )
 
 
 def _is_loopback(address: str) -> bool:
@@ -394,6 +438,7 @@ def _finish(draft: _Draft, request: Request, version: TorchVersion, strategy: St
         decisions=tuple(draft.decisions),
         predicted_failures=tuple(draft.failures),
         refusal=draft.refusal,
+        launch_error=draft.launch_error,
         is_host=draft.is_host,
         advertised_address=draft.address,
         interface=draft.interface,
