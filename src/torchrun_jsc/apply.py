@@ -20,7 +20,14 @@ def prepare(
     import torch
 
     request = read_request(argv, env, cli)
-    node = facts_mod.gather(request.lookup_host, request.settings.resolve_timeout)
+    options = request.options
+    node = facts_mod.gather(
+        request.lookup_host,
+        request.settings.resolve_timeout,
+        local_addr=options.local_addr if options is not None else None,
+        nproc_word=request.nproc_word,
+        cli=cli,
+    )
     plan = make_plan(request, str(torch.__version__), node)
     return Prepared(request, node, plan)
 

@@ -60,7 +60,7 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
     if style is not None:
         from .explain import render
 
-        print(render(prepared, style))
+        _print(render(prepared, style))
         sys.exit(2 if request.stop is not None else EXPLAIN_EXIT[plan.verdict])
     if plan.refusal is not None:
         _error(plan.refusal, None)
@@ -119,10 +119,17 @@ def _error(message: str, style: Optional[str]) -> NoReturn:
     if style is not None:
         from .explain import render_error
 
-        print(render_error(message, style))
+        _print(render_error(message, style))
     else:
         print(f"torchrun_jsc: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def _print(text: str) -> None:
+    """Print explain's output; a character the terminal's encoding lacks is written escaped
+    (``\\xfc``) instead of ending in ``UnicodeEncodeError``."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    print(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
 
 
 def version_line() -> str:

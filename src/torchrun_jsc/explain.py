@@ -47,11 +47,31 @@ def as_dict(prepared: Prepared) -> Dict[str, Any]:
     }
 
 
+def escaped(text: str) -> str:
+    """``text`` with every byte that is not UTF-8 written ``\\xff``: ``sys.argv`` and
+    ``os.environ`` keep such bytes as lone surrogates, which a terminal cannot print (any other
+    lone surrogate is written ``\\udXXX``)."""
+    if not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    return "".join(
+        f"\\x{ord(c) - 0xDC00:02x}"
+        if "\udc80" <= c <= "\udcff"
+        else f"\\u{ord(c):04x}"
+        if "\ud800" <= c <= "\udfff"
+        else c
+        for c in text
+    )
+
+
 def render(prepared: Prepared, style: str) -> str:
-    """``style`` is ``"text"`` or ``"json"``."""
+    """``style`` is ``"text"`` or ``"json"`` (JSON escapes everything non-ASCII itself)."""
     data = as_dict(prepared)
     if style == "json":
         return json.dumps(data, indent=2, sort_keys=False)
+    return escaped(_text(data))
+
+
+def _text(data: Dict[str, Any]) -> str:
     lines: List[str] = [
         f"torchrun_jsc explain on {data['node']['hostname'] or '?'}",
         f"  torch {data['torch_version']}, strategy for {data['strategy']}",
@@ -108,4 +128,4 @@ def render_error(message: str, style: str) -> str:
     """An input error in the explain format asked for (nothing was planned)."""
     if style == "json":
         return json.dumps({"verdict": "error", "error": message}, indent=2)
-    return f"torchrun_jsc explain: error: {message}\n  verdict: error"
+    return escaped(f"torchrun_jsc explain: error: {message}\n  verdict: error")

@@ -13,6 +13,7 @@ from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 
 from . import network
 from .network import Interface
+from .torch_cli import TorchCli
 
 #: The default of :attr:`NodeFacts.route_sources` (read-only).
 _NO_ROUTES: Mapping[str, Optional[str]] = MappingProxyType({})
@@ -45,6 +46,15 @@ class NodeFacts(NamedTuple):
     somaxconn: Optional[int] = None
     #: The soft limit on open files (``ulimit -n``).
     open_files: Optional[int] = None
+    #: ``--nproc_per_node`` given as a word (``gpu``, ``auto``): the worker count torch makes of
+    #: it on this node, or torch's reason for refusing it (``Cuda is not available.``).
+    local_world_size: Optional[int] = None
+    local_world_size_error: Optional[str] = None
+    #: ``--local_addr`` given by the user: its addresses, why it does not resolve, and those of
+    #: its addresses that belong to this node.
+    local_addr_addresses: Tuple[str, ...] = ()
+    local_addr_error: Optional[str] = None
+    local_addr_own: Tuple[str, ...] = ()
     #: Seconds spent gathering (for explain and the benchmark).
     seconds: float = 0.0
 
@@ -56,8 +66,16 @@ class NodeFacts(NamedTuple):
         return None
 
 
-def gather(endpoint_host: Optional[str], resolve_timeout: float) -> NodeFacts:
-    """Look at this machine: hostname, interfaces and, if given, the endpoint's reachability."""
+def gather(
+    endpoint_host: Optional[str],
+    resolve_timeout: float,
+    local_addr: Optional[str] = None,
+    nproc_word: Optional[str] = None,
+    cli: Optional[TorchCli] = None,
+) -> NodeFacts:
+    """Look at this machine: hostname, interfaces and, if given, the endpoint's reachability,
+    what ``--local_addr`` names (one look-up, no retry) and what torch makes of a
+    ``--nproc_per_node`` word here (it asks the devices)."""
     import sys
 
     started = time.monotonic()
@@ -78,6 +96,10 @@ def gather(endpoint_host: Optional[str], resolve_timeout: float) -> NodeFacts:
             error = exc.strerror or str(exc)
         routes = {a: network.route_source(a) for a in addresses}
         local = tuple(a for a in addresses if network.is_local_address(a))
+    workers, refused = (None, None)
+    if nproc_word is not None:
+        workers, refused = (cli or TorchCli()).local_world_size(nproc_word)
+    given, given_error = _look_up_once(local_addr) if local_addr is not None else ((), None)
     return NodeFacts(
         hostname=hostname,
         interfaces=ifaces,
@@ -92,8 +114,24 @@ def gather(endpoint_host: Optional[str], resolve_timeout: float) -> NodeFacts:
         cpus=_cpus(),
         somaxconn=read_somaxconn(),
         open_files=_open_files(),
+        local_world_size=workers,
+        local_world_size_error=refused,
+        local_addr_addresses=given,
+        local_addr_error=given_error,
+        local_addr_own=tuple(a for a in given if network.is_local_address(a)),
         seconds=time.monotonic() - started,
     )
+
+
+def _look_up_once(host: str) -> Tuple[Tuple[str, ...], Optional[str]]:
+    """``host``'s addresses (an address literal is its own), or why there are none."""
+    problem = network.host_problem(host)
+    if problem is not None:
+        return (), problem
+    try:
+        return tuple(network.resolve(host, 0.0)), None
+    except OSError as exc:
+        return (), exc.strerror or str(exc)
 
 
 def _retrying(host: str) -> None:

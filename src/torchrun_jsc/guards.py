@@ -229,9 +229,9 @@ def user_ifname_finding(
         return None
     known = sorted({i.name for i in facts.interfaces})
     message = (
-        f"{name}={value} does not select {interface}, the interface that reaches the "
-        f"endpoint ({address}); interfaces here: {', '.join(known)}; unset it or set "
-        f"{name}={interface}"
+        f"{name}={value} does not select {interface}, the interface of {address} (this node's"
+        f" address towards the endpoint {facts.endpoint_host}); interfaces here:"
+        f" {', '.join(known)}; unset it or set {name}={interface}"
     )
     return Finding("fail" if name.startswith("GLOO") else "warn", message)
 

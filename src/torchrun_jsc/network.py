@@ -9,10 +9,12 @@ used only by :mod:`torchrun_jsc.facts`; none of them sends a packet: a route loo
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
+from .envvars import shown
 from .errors import ConfigError
 from .torch_defaults import RDZV_PORT
 
@@ -28,6 +30,10 @@ class Interface(NamedTuple):
 
 
 ENDPOINT_ACCEPTS = "HOST[:PORT] or [IPV6][:PORT], PORT an integer in 0..65535"
+#: The characters torch takes in an endpoint's host (``parse_rendezvous_endpoint``: word
+#: characters, ``.``, ``:`` and ``-``); anything else stops torch's rendezvous with a traceback.
+_TORCH_HOST = re.compile(r"[\w.:-]+")
+_TORCH_PORT = re.compile(r"[0-9]{1,5}")
 
 
 class Endpoint(NamedTuple):
@@ -36,6 +42,8 @@ class Endpoint(NamedTuple):
     text: str
     host: str
     port: Optional[int]
+    #: A warning about how torch reads it (an IPv6 address and a port without brackets).
+    note: Optional[str] = None
 
     @property
     def port_or_default(self) -> int:
@@ -55,42 +63,68 @@ class Endpoint(NamedTuple):
 
 
 def parse_endpoint(text: str) -> Endpoint:
-    """Split ``host[:port]`` the way torch does and check both parts; ``[v6]`` brackets never
-    stay on the host. Raises :class:`ConfigError` naming what is wrong."""
+    """Split ``host[:port]`` exactly as torch's ``parse_rendezvous_endpoint`` does (1.13 to
+    2.15 alike): a text in brackets is a host; otherwise the port is what follows the *last*
+    ``:``, and brackets around the host are dropped. Then check both parts as torch does, and
+    that the host can name a node. Raises :class:`ConfigError` naming what is wrong.
+
+    ``::1:29400`` is host ``::1`` and port 29400 to torch: accepted, with a :attr:`Endpoint.note`
+    that says so and how to write it unambiguously (``[::1]:29400``)."""
     stripped = text.strip()
 
     def bad(reason: str) -> ConfigError:
-        return ConfigError(f"--rdzv_endpoint {text!r}: {reason}; accepted: {ENDPOINT_ACCEPTS}")
+        return ConfigError(
+            f"--rdzv_endpoint {shown(stripped)}: {reason}; accepted: {ENDPOINT_ACCEPTS}"
+        )
 
-    if stripped.startswith("["):
-        close = stripped.find("]")
-        if close < 0:
-            raise bad("unclosed '['")
-        host, rest = stripped[1:close], stripped[close + 1 :]
-        if rest and not rest.startswith(":"):
-            raise bad("text after ']'")
-        port_text: Optional[str] = rest[1:] if rest else None
-        if ip_of(host) is None or ip_of(host).version != 6:  # type: ignore[union-attr]
-            raise bad(f"{host!r} in brackets is not an IPv6 address")
-    elif stripped.count(":") > 1:
-        ip = ip_of(stripped)
-        if ip is not None and ip.version == 6:
-            raise bad("an IPv6 address needs brackets: [IPV6]:PORT")
-        raise bad(f"{stripped!r} has more than one ':'")
+    if stripped.startswith("[") and stripped.endswith("]"):
+        host, port_text = stripped, None
     else:
-        host, sep, tail = stripped.partition(":")
-        port_text = tail if sep else None
+        host, sep, tail = stripped.rpartition(":")
+        host, port_text = (host, tail) if sep else (stripped, None)
+    bracketed = len(host) > 1 and host.startswith("[") and host.endswith("]")
+    if bracketed:
+        host = host[1:-1]
+    if "[" in host or "]" in host or "]" in (port_text or ""):
+        if stripped.startswith("[") and "]" not in stripped:
+            raise bad("unclosed '['")
+        if stripped.startswith("["):
+            raise bad("text after ']'")
+        raise bad("brackets go around a whole IPv6 address only: [IPV6]:PORT")
+    if port_text is not None and not (_TORCH_PORT.fullmatch(port_text) and int(port_text) <= 65535):
+        raise bad(f"port {shown(port_text)} is not an integer in 0..65535 (at most 5 digits)")
+    port = None if port_text is None else int(port_text)
     if not host:
         raise bad("no host")
+    if not _TORCH_HOST.fullmatch(host):
+        if "%" in host and ip_of(host) is not None:
+            raise bad("torch takes no '%zone' in an endpoint host")
+        raise bad(
+            f"{shown(host)} is not a host name: torch takes letters, digits, '.', ':', '-' and"
+            " '_' only"
+        )
+    ip = ip_of(host)
+    if ":" in host and (ip is None or ip.version != 6):
+        whole = ip_of(stripped)
+        if whole is not None and whole.version == 6:
+            raise bad(
+                f"an IPv6 address needs brackets: [IPV6]:PORT (torch reads host {shown(host)},"
+                f" port {port})"
+            )
+        raise bad(f"{shown(host)} (before the last ':') is neither an address nor a host name")
     problem = host_problem(host)
     if problem:
         raise bad(problem)
-    port: Optional[int] = None
-    if port_text is not None:
-        if not (port_text.isascii() and port_text.isdigit()) or int(port_text) > 65535:
-            raise bad(f"port {port_text!r} is not an integer in 0..65535")
-        port = int(port_text)
-    return Endpoint(text=stripped, host=host, port=port)
+    note = None
+    if ip is not None and ip.version == 6 and not bracketed and port is not None:
+        note = (
+            f"--rdzv_endpoint {shown(stripped)} has no brackets: torch reads it as host {host},"
+            f" port {port}; write [{host}]:{port}"
+        )
+        whole = ip_of(stripped)
+        if whole is not None and whole.version == 6:
+            note += f" (for the address {stripped}, write [{stripped}]:PORT)"
+    return Endpoint(text=stripped, host=host, port=port, note=note)
 
 
 def host_problem(host: str) -> Optional[str]:
@@ -102,11 +136,11 @@ def host_problem(host: str) -> Optional[str]:
     if len(host) > 253:
         return f"host name of {len(host)} characters (at most 253)"
     if any(c.isspace() or c in "[]/%@" for c in host):
-        return f"{host!r} is not a host name"
+        return f"{shown(host)} is not a host name"
     try:
         host.encode("idna")
     except UnicodeError:
-        return f"{host!r} is not a host name (empty label or a label over 63 characters)"
+        return f"{shown(host)} is not a host name (empty label or a label over 63 characters)"
     return None
 
 

@@ -11,10 +11,17 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from . import guards, lifecycle, network
+from .envvars import shown
 from .errors import UnsupportedTorchError
 from .facts import NodeFacts
 from .patches.params import HostMatcher, PatchSpec, name_of_type
-from .request import IGNORED_RDZV_KEYS, SOCKET_IFNAME_VARIABLES, Request, format_rdzv_conf
+from .request import (
+    IGNORED_RDZV_KEYS,
+    NPROC_ACCEPTS,
+    SOCKET_IFNAME_VARIABLES,
+    Request,
+    format_rdzv_conf,
+)
 from .settings import Settings
 from .versions import (
     Strategy,
@@ -179,6 +186,7 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
         for option, value, reason in request.auto.reasons:
             draft.decide(option, value, f"Slurm auto-configuration: {reason}")
         draft.args.extend(request.auto.args)
+    _check_nproc_word(draft, request, version, facts)
     fixing = False
     if request.untouched is not None:
         draft.decide("rendezvous", "unchanged", request.untouched)
@@ -202,6 +210,25 @@ def _agent_side(
     if draft.conf:  # after the auto-configured options, before --local_addr
         at = len(request.auto.args) if request.auto is not None else 0
         draft.args.insert(at, f"--rdzv_conf={format_rdzv_conf({**request.conf, **draft.conf})}")
+
+
+def _check_nproc_word(
+    draft: _Draft, request: Request, version: TorchVersion, facts: NodeFacts
+) -> None:
+    """``--nproc_per_node=gpu`` (or another word) that torch refuses on this node."""
+    word, refused = request.nproc_word, facts.local_world_size_error
+    if word is None or refused is None or request.options is None:
+        return
+    if "not available" in refused:
+        device = {"gpu": "CUDA", "xpu": "XPU"}.get(word, word)
+        reason = f"this node has no {device} device"
+    elif "Unsupported" in refused:
+        reason = f"torch {version} knows no such device"
+    else:
+        reason = f"torch: {shown(refused)}"
+    source = request.options.source("nproc_per_node")
+    message = f"{source}={shown(word)} is not valid: {reason}; accepted: {NPROC_ACCEPTS}"
+    draft.problems.append(Problem("error", message))
 
 
 def _apply_guards(draft: _Draft, request: Request, facts: NodeFacts) -> None:
@@ -336,6 +363,8 @@ def _decide_address(draft: _Draft, request: Request, strategy: Strategy, facts: 
     if address is not None:
         draft.address = address
         draft.interface = facts.interface_of(address)
+    if given is not None:
+        _check_local_addr(draft, given, facts)
     if given is not None and strategy.local_addr_arg:
         draft.decide("advertised address", given, "--local_addr given by the user; kept")
         return
@@ -367,6 +396,21 @@ def _decide_address(draft: _Draft, request: Request, strategy: Strategy, facts: 
         )
         mechanism = f"patch {name_of_type(strategy.advertise_patch)}"
     draft.decide("advertised address", address, f"{how}; via {mechanism}")
+
+
+def _check_local_addr(draft: _Draft, given: str, facts: NodeFacts) -> None:
+    """A ``--local_addr`` of the user's is kept; warn when it cannot be this node's address."""
+    kept = "kept as given, but the other nodes cannot reach this node by it"
+    if facts.local_addr_error is not None:
+        draft.warnings.append(
+            f"--local_addr {shown(given)} does not resolve on {facts.hostname or 'this node'}"
+            f" ({facts.local_addr_error}); {kept}"
+        )
+    elif facts.local_addr_addresses and not facts.local_addr_own:
+        draft.warnings.append(
+            f"--local_addr {shown(given)} ({', '.join(facts.local_addr_addresses)}) is not an"
+            f" address of {facts.hostname or 'this node'}; {kept}"
+        )
 
 
 def _is_loopback(address: str) -> bool:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from . import autoconfig
+from . import autoconfig, envvars
 from .errors import ConfigError
 from .network import Endpoint, parse_endpoint
 from .settings import Settings
 from .slurm import SlurmStep
-from .torch_cli import CommandLine, Parsed, Stop, TorchCli
+from .torch_cli import CommandLine, Parsed, Stop, TorchCli, option_source
 from .torch_defaults import RDZV_SECONDS
 from .versions import TORCH_BUGS
 
@@ -58,11 +58,18 @@ class LaunchOptions(NamedTuple):
     given: FrozenSet[str]
     #: ``--master_addr``: the static rendezvous's host when there is no ``--rdzv_endpoint``.
     master_addr: str = "127.0.0.1"
+    #: Of those, the ones given only by a ``PET_*`` variable.
+    from_env: FrozenSet[str] = frozenset()
 
     @property
     def multi_node(self) -> bool:
         """More than one node may join."""
         return not self.standalone and self.max_nodes > 1
+
+    def source(self, dest: str) -> str:
+        """What the user set for option ``dest``: ``--nproc_per_node`` or
+        ``PET_NPROC_PER_NODE``."""
+        return option_source(dest, self.from_env)
 
 
 class Request(NamedTuple):
@@ -109,6 +116,14 @@ class Request(NamedTuple):
         return int(self.conf.get(key, RDZV_SECONDS[key]))
 
     @property
+    def nproc_word(self) -> Optional[str]:
+        """``--nproc_per_node`` when it is a word (``gpu``, ``auto``) that only this node's
+        devices turn into a count."""
+        if self.options is None or local_world_size(self.options.nproc_per_node) is not None:
+            return None
+        return self.options.nproc_per_node
+
+    @property
     def lookup_host(self) -> Optional[str]:
         """The endpoint host whose addresses the plan needs (None: no look-up)."""
         if self.untouched is not None or self.endpoint is None:
@@ -139,9 +154,11 @@ def read_request(
         conf = read_rdzv_conf(options.rdzv_conf)
         if "is_host" in conf:
             is_host = torch_bool("is_host", conf["is_host"])
-        if options.rdzv_endpoint:
+        if options.rdzv_endpoint.strip():
             endpoint = parse_endpoint(options.rdzv_endpoint)
             _check_multi_node_endpoint(endpoint, options)
+            if endpoint.note is not None:
+                notes.append(endpoint.note)
     if untouched is None and endpoint is not None and endpoint.is_loopback:
         untouched = f"endpoint {endpoint.host} is this machine's loopback"
     node_rank, source = _node_rank(settings, options, step, needed=untouched is None)
@@ -193,22 +210,29 @@ def _auto_configure(
     )
 
 
+#: What ``--nnodes`` accepts (torch's ``parse_min_max_nnodes``, and a launch that can start).
+NNODES_ACCEPTS = "N or MIN:MAX, integers with 0 < MIN <= MAX"
+#: What ``--nproc_per_node`` accepts (torch's ``determine_local_world_size``, and a worker).
+NPROC_ACCEPTS = "an integer >= 1, or cpu, gpu, auto (or another device this torch knows)"
+
+
 def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
     values = parsed.values
     nnodes = str(values.get("nnodes", "1:1"))
     try:
         low, high = command.cli.nnodes(nnodes)
-    except (ValueError, RuntimeError) as exc:
-        raise ConfigError(
-            f"--nnodes={nnodes!r} is not valid ({exc}); accepted: N or MIN:MAX, integers"
-        ) from None
+    except (ValueError, RuntimeError):
+        # torch's words repeat the value whole and name no range: the accepted values say it
+        raise envvars.invalid(parsed.source("nnodes"), nnodes, NNODES_ACCEPTS) from None
     if not 0 < low <= high:
-        raise ConfigError(
-            f"--nnodes={nnodes!r} is not valid; accepted: N or MIN:MAX with 0 < MIN <= MAX"
-        )
+        raise envvars.invalid(parsed.source("nnodes"), nnodes, NNODES_ACCEPTS)
+    nproc = str(values.get("nproc_per_node", "1"))
+    workers = local_world_size(nproc)
+    if workers is not None and workers < 1:
+        raise envvars.invalid(parsed.source("nproc_per_node"), nproc, NPROC_ACCEPTS)
     restarts = values.get("max_restarts", 0)
     if not isinstance(restarts, int) or restarts < 0:
-        raise ConfigError(f"--max_restarts={restarts!r} is not valid; accepted: an integer >= 0")
+        raise envvars.invalid(parsed.source("max_restarts"), str(restarts), "an integer >= 0")
     node_rank = values.get("node_rank") if "node_rank" in parsed.given else None
     return LaunchOptions(
         standalone=bool(values.get("standalone", False)),
@@ -219,14 +243,24 @@ def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
         nnodes=nnodes,
         min_nodes=low,
         max_nodes=high,
-        nproc_per_node=str(values.get("nproc_per_node", "1")),
+        nproc_per_node=nproc,
         rdzv_id=str(values.get("rdzv_id", "none")),
         max_restarts=restarts,
         node_rank=node_rank if isinstance(node_rank, int) and node_rank >= 0 else None,
         signals_to_handle=values.get("signals_to_handle"),
         given=parsed.given,
         master_addr=str(values.get("master_addr") or "127.0.0.1"),
+        from_env=parsed.from_env,
     )
+
+
+def local_world_size(text: str) -> Optional[int]:
+    """``--nproc_per_node`` read as an integer the way torch reads it first (``int(text)``:
+    blanks around it, a sign, ``_`` between digits); None for a word such as ``gpu``."""
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def _untouched(options: LaunchOptions) -> Optional[str]:
@@ -235,7 +269,7 @@ def _untouched(options: LaunchOptions) -> Optional[str]:
         return "--standalone runs on this node only"
     if options.rdzv_backend != "c10d":
         return f"backend {options.rdzv_backend!r} is not c10d"
-    if not options.rdzv_endpoint:
+    if not options.rdzv_endpoint.strip():
         return "no --rdzv_endpoint: torch uses localhost"
     return None
 
@@ -244,15 +278,16 @@ def _check_multi_node_endpoint(endpoint: Endpoint, options: LaunchOptions) -> No
     if not options.multi_node or endpoint.is_loopback:
         return
     accepted = "the name or address of the node that hosts the rendezvous, with a port"
+    given = f"--rdzv_endpoint {envvars.shown(endpoint.text)}"
     if endpoint.is_wildcard:
         raise ConfigError(
-            f"--rdzv_endpoint {endpoint.text!r}: a wildcard address names no node, so every node"
-            f" would host and advertise it; accepted: {accepted}"
+            f"{given}: a wildcard address names no node, so every node would host and advertise"
+            f" it; accepted: {accepted}"
         )
     if endpoint.port == 0:
         raise ConfigError(
-            f"--rdzv_endpoint {endpoint.text!r}: port 0 lets the host pick a port nobody else"
-            f" knows; accepted: {accepted} in 1..65535"
+            f"{given}: port 0 lets the host pick a port nobody else knows; accepted: {accepted}"
+            " in 1..65535"
         )
 
 
@@ -284,14 +319,16 @@ def read_rdzv_conf(text: str) -> Dict[str, str]:
         key, value = key.strip(), value.strip()
         if not key or not sep or not value:
             raise ConfigError(
-                f"--rdzv_conf {text!r}: {item.strip()!r} is not KEY=VALUE; "
+                f"--rdzv_conf {envvars.shown(text)}: {envvars.shown(item.strip())} is not"
+                " KEY=VALUE; "
                 "accepted: KEY=VALUE pairs separated by commas, no empty key or value"
             )
         conf[key] = value
     for key in RDZV_SECONDS:
         if key in conf and not (conf[key].isascii() and conf[key].isdigit()):
             raise ConfigError(
-                f"--rdzv_conf {key}={conf[key]!r} is not valid; accepted: whole seconds >= 0"
+                f"--rdzv_conf {key}={envvars.shown(conf[key])} is not valid; accepted: whole"
+                " seconds >= 0"
             )
     return conf
 
@@ -309,5 +346,6 @@ def torch_bool(key: str, value: str) -> bool:
     if low in TORCH_FALSE:
         return False
     raise ConfigError(
-        f"--rdzv_conf {key}={value!r} is not valid; accepted: 1/0, true/false, t/f, yes/no, y/n"
+        f"--rdzv_conf {key}={envvars.shown(value)} is not valid; accepted: 1/0, true/false, t/f,"
+        " yes/no, y/n"
     )

@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import logging
 import os
 from typing import Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
+from . import envvars
 from .errors import ConfigError
 
 #: A value no user types, used to prove where inserted options land.
@@ -46,6 +48,24 @@ class TorchCli:
         low, high = run.parse_min_max_nnodes(text)
         return int(low), int(high)
 
+    def local_world_size(self, word: str) -> Tuple[Optional[int], Optional[str]]:
+        """``--nproc_per_node=word`` (``gpu``, ``auto``, ...) as torch reads it on this node
+        (``determine_local_world_size``, which asks the devices): the worker count, or torch's
+        reason for refusing it. ``(None, None)`` when this torch has no such function."""
+        from torch.distributed import run
+
+        determine = getattr(run, "determine_local_world_size", None)
+        if determine is None:
+            return None, None
+        previous = logging.root.manager.disable
+        logging.disable(logging.INFO)  # torch logs the value; it does so again at the launch
+        try:
+            return int(determine(word)), None
+        except ValueError as exc:
+            return None, str(exc)
+        finally:
+            logging.disable(previous)
+
 
 class Stop(NamedTuple):
     """torchrun stops by itself on this command line: ``--help`` (code 0) or a usage error."""
@@ -64,6 +84,19 @@ class Parsed(NamedTuple):
     insert_at: int
     #: ``--version`` was given among the launcher's own options (torchrun has no such option).
     version_requested: bool = False
+    #: Options (``dest`` names) whose value comes from a ``PET_*`` variable (not on the command
+    #: line, which would win).
+    from_env: FrozenSet[str] = frozenset()
+
+    def source(self, dest: str) -> str:
+        """Where the value of option ``dest`` was given: ``PET_NNODES`` or ``--nnodes``."""
+        return option_source(dest, self.from_env)
+
+
+def option_source(dest: str, from_env: FrozenSet[str]) -> str:
+    """The name under which the user gave option ``dest``: its ``PET_*`` variable when only that
+    set it, else the option (``--nnodes``)."""
+    return _pet_name_of(dest) if dest in from_env else f"--{dest}"
 
 
 class CommandLine:
@@ -82,9 +115,9 @@ class CommandLine:
         first = self._run(argv)
         if isinstance(first, Stop):
             return self._maybe_version(argv, first)
-        values, given = first
+        values, given, from_env = first
         insert_at = self._insert_position(argv, values)
-        return Parsed(values=values, given=given, insert_at=insert_at)
+        return Parsed(values=values, given=given, insert_at=insert_at, from_env=from_env)
 
     def values(self, argv: Sequence[str]) -> Union[Dict[str, Any], Stop]:
         """Only the values: one parse."""
@@ -97,9 +130,11 @@ class CommandLine:
 
     # ------------------------------------------------------------------ internals
 
-    def _run(self, argv: List[str]) -> Union[Tuple[Dict[str, Any], FrozenSet[str]], Stop]:
-        """The values, and which options were given: two parses, the second with every default
-        replaced by a marker."""
+    def _run(
+        self, argv: List[str]
+    ) -> Union[Tuple[Dict[str, Any], FrozenSet[str], FrozenSet[str]], Stop]:
+        """The values, which options were given, and which of them by ``PET_*`` only: two
+        parses, the second with every default replaced by a marker."""
         values = self.values(argv)
         if isinstance(values, Stop):
             return values
@@ -113,8 +148,8 @@ class CommandLine:
             for action, default in saved:
                 action.default = default
         assert not isinstance(bare, Stop), "argv parsed once already"
-        given = {dest for dest, value in bare.items() if value is not unset} | self._pet
-        return values, frozenset(given)
+        on_line = {dest for dest, value in bare.items() if value is not unset}
+        return values, frozenset(on_line | self._pet), frozenset(self._pet - on_line)
 
     def _insert_position(self, argv: List[str], values: Mapping[str, Any]) -> int:
         script = values.get("training_script")
@@ -151,12 +186,12 @@ class CommandLine:
         rest = argv[:at] + argv[at + 1 :]
         found = self.parse(rest)
         if isinstance(found, Parsed) and at <= found.insert_at:
-            return Parsed(found.values, found.given, found.insert_at, version_requested=True)
+            return found._replace(version_requested=True)
         if isinstance(found, Stop) and "--version" not in rest:
             # ``torchrun_jsc --version`` alone: torchrun's options, and no script at all
             alone = self.parse([*rest, _PROBE])
             if isinstance(alone, Parsed) and alone.values.get("training_script") == _PROBE:
-                return Parsed(alone.values, alone.given, len(rest), version_requested=True)
+                return alone._replace(insert_at=len(rest), version_requested=True)
         return stop
 
 
@@ -165,7 +200,11 @@ def _set(env: Mapping[str, str]) -> Dict[str, str]:
 
 
 def _pet_name(action: argparse.Action) -> str:
-    return f"PET_{action.dest.upper()}"
+    return _pet_name_of(action.dest)
+
+
+def _pet_name_of(dest: str) -> str:
+    return f"PET_{dest.upper()}"
 
 
 def _reads_pet(action: argparse.Action) -> str:
@@ -181,12 +220,13 @@ def _parser_for(cli: TorchCli, env: Mapping[str, str]) -> argparse.ArgumentParse
     does not (tests, a library caller), the parser must have been built from an environment
     without them, and ``env``'s values are applied here the way torch applies them.
     """
+    check_log_level(env)
     live = {k: v for k, v in os.environ.items() if k.startswith("PET_")}
     wanted = {k: v for k, v in env.items() if k.startswith("PET_")}
     try:
         parser = cli.parser()
-    except ValueError as exc:  # torch's check_env: bool(int(PET_FLAG)) on a non-integer
-        raise _flag_error(live, exc) from None
+    except ValueError as exc:
+        raise _build_error(live, exc) from None
     if live == wanted:
         return parser
     if live:
@@ -203,7 +243,7 @@ def _parser_for(cli: TorchCli, env: Mapping[str, str]) -> argparse.ArgumentParse
             try:
                 action.default = bool(int(text))
             except ValueError:
-                raise _flag_error({name: text}, None) from None
+                raise _flag_error({name: text}) from None
         else:
             action.default = text
             if text:
@@ -211,15 +251,38 @@ def _parser_for(cli: TorchCli, env: Mapping[str, str]) -> argparse.ArgumentParse
     return parser
 
 
-def _flag_error(candidates: Mapping[str, str], exc: Optional[ValueError]) -> ConfigError:
+#: What Python's ``logging`` (and so torch, which passes ``LOGLEVEL`` to ``setLevel``) accepts.
+LOG_LEVELS = "DEBUG, INFO, WARNING, ERROR, CRITICAL (upper case; also WARN, FATAL, NOTSET)"
+
+
+def check_log_level(env: Mapping[str, str]) -> None:
+    """torch's loggers call ``setLevel(os.environ.get("LOGLEVEL", ...))`` as torch's modules are
+    imported: a set ``LOGLEVEL`` that is not a level name (``info``, ``10``, empty) stops every
+    launch with a traceback. Raises :class:`ConfigError` for it."""
+    text = env.get("LOGLEVEL")
+    if text is not None and not isinstance(logging.getLevelName(text), int):
+        raise envvars.invalid("LOGLEVEL", text, LOG_LEVELS)
+
+
+def _build_error(candidates: Mapping[str, str], exc: ValueError) -> ConfigError:
+    """The cause of a ``ValueError`` while torch's parser was built: a ``PET_*`` flag that is
+    not an integer (torch's ``check_env`` reads it with ``bool(int(value))``), else torch's own
+    words."""
     bad = sorted(k for k, v in candidates.items() if not _is_int(v))
-    if exc is not None:  # name the variable whose value torch could not read
-        shown = str(exc).rsplit(":", 1)[-1].strip().strip("'\"")
-        bad = [k for k in bad if candidates[k].strip() == shown] or bad
-    name = bad[0] if bad else "a PET_* flag variable"
-    value = candidates.get(name, "")
+    shown = str(exc).rsplit(":", 1)[-1].strip().strip("'\"")
+    named = [k for k in bad if candidates[k].strip() == shown]
+    if "int()" in str(exc) and (named or bad):
+        return _flag_error({k: candidates[k] for k in named or bad})
     return ConfigError(
-        f"{name}={value!r} cannot be read by torchrun; accepted: an integer (0 or 1) for a flag"
+        f"torch.distributed.run cannot be loaded: ValueError {envvars.shown(str(exc))}"
+    )
+
+
+def _flag_error(candidates: Mapping[str, str]) -> ConfigError:
+    name = sorted(candidates)[0]
+    return ConfigError(
+        f"{name}={envvars.shown(candidates[name])} cannot be read by torchrun; accepted: an"
+        " integer (0 or 1) for a flag"
     )
 
 

@@ -90,13 +90,19 @@ BAD = [
         ["--rdzv_endpoint=no-such-host.invalid:29500"],
         "--rdzv_endpoint host 'no-such-host.invalid' does not resolve on",
     ),
+    (
+        {"LOGLEVEL": "info"},
+        [],
+        "LOGLEVEL='info' is not valid; accepted: DEBUG, INFO, WARNING, ERROR, CRITICAL",
+    ),
+    ({}, ["--nproc_per_node=0"], "--nproc_per_node='0' is not valid; accepted: an integer >= 1"),
 ]
 
 
 @pytest.mark.parametrize(
     ("env", "extra", "message"),
     BAD,
-    ids=["arg-patching", "rank-abc", "rank-negative", "is-host", "resolve"],
+    ids=["arg-patching", "rank-abc", "rank-negative", "is-host", "resolve", "loglevel", "nproc-0"],
 )
 def test_bad_input_one_line_exit_2_nothing_launched(
     tmp_path: Path, env: Dict[str, str], extra: list[str], message: str
@@ -274,6 +280,59 @@ def test_pet_flag_is_blamed_on_the_right_variable() -> None:
         "torchrun_jsc: error: PET_STANDALONE='yes' cannot be read by torchrun; accepted: an"
         " integer (0 or 1) for a flag"
     )
+
+
+def test_nproc_per_node_gpu_without_a_cuda_device_is_one_line(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: --nproc_per_node=gpu works here")
+    marker = tmp_path / "launched"
+    script = tmp_path / "mark.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    words = "--nproc_per_node='gpu' is not valid: this node has no CUDA device; accepted:"
+    out = run(["--standalone", "--nproc_per_node=gpu", str(script)])
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.splitlines()[-1].startswith(f"torchrun_jsc: error: {words}")
+    assert "Traceback" not in out.stderr and not marker.exists()
+    explained = run(
+        ["--standalone", "--nproc_per_node=gpu", str(script)], {"TORCHRUN_JSC_EXPLAIN": "text"}
+    )
+    assert explained.returncode == 1, "a predicted failure (README: explain exits 1)"
+    assert f"  WILL FAIL: {words}" in explained.stdout and "verdict: fail" in explained.stdout
+
+
+def _ipv6_loopback_port() -> int:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+            return int(sock.getsockname()[1])
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+
+
+def test_unbracketed_ipv6_endpoint_runs_as_with_torchrun_and_warns() -> None:
+    port = _ipv6_loopback_port()
+    args = ["--nnodes=1", "--rdzv_backend=c10d", f"--rdzv_endpoint=::1:{port}", WORKLOAD]
+    out = run(["--nproc-per-node=1", *args])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"write [::1]:{port}" in out.stderr
+    assert "RESULT rank=0" in out.stdout
+
+
+def test_explain_text_prints_a_byte_that_is_not_utf8_escaped() -> None:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_"))}
+    full.update(TORCHRUN_JSC_EXPLAIN="text", PYTHONIOENCODING="utf-8:strict")
+    out = subprocess.run(
+        [*(os.fsencode(a) for a in _LAUNCH), b"--standalone", b"tr\xffin.py"],
+        env=full,
+        capture_output=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert b"'tr\\xffin.py'" in out.stdout and b"UnicodeEncodeError" not in out.stderr
 
 
 def _sigint_default() -> None:

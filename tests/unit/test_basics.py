@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from torchrun_jsc import network, request
 from torchrun_jsc.errors import ConfigError, UnsupportedTorchError
@@ -26,8 +28,12 @@ from torchrun_jsc.versions import (
         ("10.78.0.10:1", "10.78.0.10", 1),
         ("[fd00:78::a]:29500", "fd00:78::a", 29500),
         ("[fd00:78::a]", "fd00:78::a", None),
-        ("[fe80::1%ib0]:5", "fe80::1%ib0", 5),
         (" jwb0001i.juwels:0 ", "jwb0001i.juwels", 0),
+        ("::1:29400", "::1", 29400),
+        ("fd00::1:2", "fd00::1", 2),
+        ("[node0i]:1", "node0i", 1),
+        ("[10.78.0.10]", "10.78.0.10", None),
+        ("h:00001", "h", 1),
         ("jwb0001i.juwels.:1", "jwb0001i.juwels.", 1),
         ("ümlaut.example:2", "ümlaut.example", 2),
         ("0.0.0.0:3", "0.0.0.0", 3),
@@ -43,9 +49,14 @@ def test_parse_endpoint(endpoint: str, host: str, port: object) -> None:
     [
         ("[fd00::1:29500", "unclosed '\\['"),
         ("[fd00::1]x", "text after '\\]'"),
-        ("[node0i]:1", "in brackets is not an IPv6 address"),
-        ("fd00::1", "an IPv6 address needs brackets"),
-        ("node:1:2", "has more than one ':'"),
+        ("a]:1", "brackets go around a whole IPv6 address only"),
+        (
+            "fd00::1",
+            r"an IPv6 address needs brackets: \[IPV6\]:PORT \(torch reads host 'fd00:', port 1\)",
+        ),
+        ("node:1:2", "'node:1' \\(before the last ':'\\) is neither an address nor a host name"),
+        ("[fe80::1%ib0]:5", "torch takes no '%zone' in an endpoint host"),
+        ("h:000001", "port '000001' is not an integer in 0..65535 \\(at most 5 digits\\)"),
         (":29500", "no host"),
         ("h:70000", "port '70000'"),
         ("h:", "port ''"),
@@ -56,6 +67,7 @@ def test_parse_endpoint(endpoint: str, host: str, port: object) -> None:
         ("x" * 64 + ":1", "label over 63"),
         ("a" * 254, "host name of 254 characters"),
         ("a b:1", "is not a host name"),
+        ("a+b:1", "'a\\+b' is not a host name: torch takes letters"),
     ],
 )
 def test_parse_endpoint_errors(endpoint: str, message: str) -> None:
@@ -63,6 +75,62 @@ def test_parse_endpoint_errors(endpoint: str, message: str) -> None:
         network.parse_endpoint(endpoint)
     text = str(info.value)
     assert "\n" not in text and "accepted: HOST[:PORT]" in text
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "note"),
+    [
+        ("::1:29400", "torch reads it as host ::1, port 29400; write [::1]:29400"),
+        (
+            "fd00::1:2",
+            "host fd00::1, port 2; write [fd00::1]:2 (for the address fd00::1:2, write"
+            " [fd00::1:2]:PORT)",
+        ),
+        ("[::1]:29400", None),
+        ("node0i:1", None),
+    ],
+)
+def test_unbracketed_ipv6_and_port_is_read_as_torch_does_with_a_note(
+    endpoint: str, note: object
+) -> None:
+    found = network.parse_endpoint(endpoint)
+    if note is None:
+        assert found.note is None
+    else:
+        assert found.note is not None and str(note) in found.note
+
+
+def test_a_huge_endpoint_is_cut_in_the_message() -> None:
+    with pytest.raises(ConfigError, match=r"host name of 100000 characters") as info:
+        network.parse_endpoint("a" * 100_000 + ":1")
+    assert len(str(info.value)) < 400
+    with pytest.raises(ConfigError, match=r"^--rdzv_endpoint 'b{120}'\.\.\.: port") as info:
+        network.parse_endpoint("b" * 100_000 + ":x")
+    assert len(str(info.value)) < 400
+
+
+endpoint_texts = st.text(alphabet="ab1:.[]%-_ \u00fc", max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(endpoint_texts)
+@example("[fe80::1%ib0]:1")
+@example("h:000001")
+def test_every_endpoint_accepted_is_read_as_torch_reads_it(text: str) -> None:
+    """Whatever torch's ``parse_rendezvous_endpoint`` refuses is refused here (with one line
+    instead of a traceback), and whatever is accepted here means to torch what it means here."""
+    utils = pytest.importorskip("torch.distributed.elastic.rendezvous.utils")
+    try:
+        torch_host, torch_port = utils.parse_rendezvous_endpoint(text, -1)
+    except ValueError:
+        torch_host = None
+    try:
+        found = network.parse_endpoint(text)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert text.strip(), "blank is torch's localhost; the request never parses it"
+    assert (found.host, found.port) == (torch_host, None if torch_port == -1 else torch_port)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,299 @@
+"""Hostile input on the launch side: values torch refuses late (with a traceback) or reads in an
+unexpected way, reported in one line that names what the user set; huge values cut; bytes that
+are not UTF-8 printed escaped. No machine is looked at (node facts are built by hand)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Dict, List
+
+import pytest
+
+from torchrun_jsc import explain, facts
+from torchrun_jsc.errors import ConfigError
+from torchrun_jsc.plan import Prepared, make_plan
+from torchrun_jsc.torch_cli import CommandLine, TorchCli
+
+from .layouts import ib, ib6, node
+from .planning import plan, request
+
+pytest.importorskip("torch.distributed.run")
+
+SCRIPT = ["train.py"]
+MULTI = ["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=node0i:29500"]
+ONE_NODE = ["--standalone"]
+#: Leaves --nnodes and --rdzv_endpoint to the row (a PET_* variable gives only what the command
+#: line does not).
+C10D = ["--rdzv_backend=c10d"]
+
+
+# --------------------------------------------------------------------------------- one-line errors
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "message"),
+    [
+        # LOGLEVEL: torch passes it to logging's setLevel, which takes upper-case names only
+        ({"LOGLEVEL": "info"}, ONE_NODE, r"^LOGLEVEL='info' is not valid; accepted: DEBUG, INFO,"),
+        ({"LOGLEVEL": "10"}, ONE_NODE, r"^LOGLEVEL='10' is not valid; accepted: DEBUG"),
+        ({"LOGLEVEL": ""}, ONE_NODE, r"^LOGLEVEL='' is not valid; accepted: DEBUG"),
+        # the variable the user set is named, not the option it stands for
+        ({"PET_NNODES": "0"}, [], r"^PET_NNODES='0' is not valid; accepted: N or MIN:MAX"),
+        ({"PET_NNODES": "2:1"}, [], r"^PET_NNODES='2:1' is not valid; accepted: N or MIN:MAX"),
+        ({"PET_NNODES": "2"}, ["--nnodes=0"], r"^--nnodes='0' is not valid; accepted: N or MIN"),
+        ({"PET_MAX_RESTARTS": "-1"}, [], r"^PET_MAX_RESTARTS='-1' is not valid; accepted: an int"),
+        # --nproc_per_node as torch reads it (int()); torch's agent asserts a count >= 1
+        ({}, ["--nproc_per_node=0"], r"^--nproc_per_node='0' is not valid; accepted: an integer"),
+        ({}, ["--nproc-per-node", "-1"], r"^--nproc_per_node='-1' is not valid; accepted: an"),
+        ({}, ["--nproc_per_node= -0 "], r"^--nproc_per_node=' -0 ' is not valid"),
+        ({"PET_NPROC_PER_NODE": "0"}, [], r"^PET_NPROC_PER_NODE='0' is not valid; accepted: an"),
+        # endpoints torch's parse_rendezvous_endpoint refuses
+        ({}, ["--rdzv_endpoint=[fe80::1%ib0]:29500"], r"torch takes no '%zone' in an endpoint"),
+        ({}, ["--rdzv_endpoint=node0i:029500"], r"port '029500' is not an integer in 0\.\.65535"),
+        ({"PET_RDZV_ENDPOINT": "fd00::1"}, [], r"an IPv6 address needs brackets"),
+    ],
+    ids=[
+        "loglevel-lower",
+        "loglevel-number",
+        "loglevel-empty",
+        "pet-nnodes-0",
+        "pet-nnodes-reversed",
+        "nnodes-line-wins",
+        "pet-max-restarts",
+        "nproc-0",
+        "nproc-negative",
+        "nproc-blank-zero",
+        "pet-nproc-0",
+        "endpoint-zone",
+        "endpoint-6-digit-port",
+        "pet-endpoint-ipv6",
+    ],
+)
+def test_bad_value_is_one_line_naming_what_was_set(
+    env: Dict[str, str], argv: List[str], message: str
+) -> None:
+    base = [] if argv == ONE_NODE else C10D
+    with pytest.raises(ConfigError, match=message) as info:
+        request([*base, *argv, *SCRIPT], env)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("level", ["INFO", "DEBUG", "WARN", "CRITICAL"])
+def test_log_levels_torch_takes_are_accepted(level: str) -> None:
+    assert request([*ONE_NODE, *SCRIPT], {"LOGLEVEL": level}).options is not None
+
+
+class _Broken(TorchCli):
+    """torch's parser module failing to load for a reason that is no PET_* variable."""
+
+    def parser(self) -> argparse.ArgumentParser:
+        raise ValueError("Unknown level: 'verbose'")
+
+
+def test_an_error_loading_torchs_parser_is_not_blamed_on_a_pet_flag() -> None:
+    with pytest.raises(ConfigError) as info:
+        CommandLine({}, _Broken())
+    assert str(info.value) == (
+        "torch.distributed.run cannot be loaded: ValueError \"Unknown level: 'verbose'\""
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--rdzv_endpoint=" + "a" * 100_000 + ":29500"], {}),
+        (["--rdzv_endpoint=" + "a" * 100_000 + ":x"], {}),
+        (["--rdzv_endpoint=node0i:" + "9" * 100_000], {}),
+        (["--nnodes=" + "1:" * 50_000], {}),
+        (["--rdzv_conf=join_timeout=" + "x" * 100_000], {}),
+        (["--rdzv_conf=is_host=" + "x" * 100_000], {}),
+        (["--rdzv_conf=" + "x" * 100_000], {}),
+        ([], {"PET_NNODES": "0" * 100_000}),
+        ([], {"PET_STANDALONE": "y" * 100_000}),
+        ([], {"LOGLEVEL": "v" * 100_000}),
+    ],
+    ids=[
+        "endpoint-host",
+        "endpoint-port-word",
+        "endpoint-port-digits",
+        "nnodes",
+        "conf-int",
+        "conf-bool",
+        "conf-pair",
+        "pet-nnodes",
+        "pet-flag",
+        "loglevel",
+    ],
+)
+def test_a_huge_value_is_cut_in_the_message(argv: List[str], env: Dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        request([*C10D, *argv, *SCRIPT], env)
+    text = str(info.value)
+    assert len(text) < 500 and "\n" not in text, text[:600]
+    assert "'..." in text, "the value is shown cut, as the other messages show it"
+
+
+# -------------------------------------------------------------------------- --nproc_per_node words
+
+
+def test_torch_reads_nproc_per_node_words_on_this_node() -> None:
+    import os
+
+    import torch
+
+    cli = TorchCli()
+    assert cli.local_world_size("two") == (None, "Unsupported nproc_per_node value: two")
+    assert cli.local_world_size("cpu")[0] == len(os.sched_getaffinity(0)) or os.cpu_count()
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the no-device answer cannot be seen here")
+    assert cli.local_world_size("gpu") == (None, "Cuda is not available.")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "refused", "message"),
+    [
+        (
+            ["--nproc_per_node=gpu"],
+            {},
+            "Cuda is not available.",
+            "--nproc_per_node='gpu' is not valid: this node has no CUDA device; accepted: an"
+            " integer >= 1, or cpu, gpu, auto (or another device this torch knows)",
+        ),
+        (
+            [],
+            {"PET_NPROC_PER_NODE": "gpu"},
+            "Cuda is not available.",
+            "PET_NPROC_PER_NODE='gpu' is not valid: this node has no CUDA device; accepted:",
+        ),
+        (
+            ["--nproc_per_node=two"],
+            {},
+            "Unsupported nproc_per_node value: two",
+            "--nproc_per_node='two' is not valid: torch 2.13.0 knows no such device; accepted:",
+        ),
+    ],
+    ids=["gpu", "pet-gpu", "two"],
+)
+def test_nproc_word_torch_refuses_here_stops_the_launch_and_explain_says_so(
+    argv: List[str], env: Dict[str, str], refused: str, message: str
+) -> None:
+    req = request([*ONE_NODE, *argv, *SCRIPT], env)
+    assert req.nproc_word is not None
+    here = node(0)._replace(local_world_size_error=refused)
+    p = make_plan(req, "2.13.0", here)
+    assert p.error is not None and p.error.startswith(message)
+    assert "\n" not in p.error
+    assert p.verdict == "error" and not p.predicted_failures
+    text = explain.render(Prepared(req, here, p), "text")
+    assert f"  ERROR: {p.error}" in text.splitlines()
+    assert text.endswith("verdict: error")
+
+
+def test_nproc_word_torch_takes_here_launches() -> None:
+    req = request([*ONE_NODE, "--nproc_per_node=auto", *SCRIPT])
+    assert req.nproc_word == "auto"
+    p = make_plan(req, "2.13.0", node(0)._replace(local_world_size=4))
+    assert p.error is None and not p.predicted_failures
+    assert request([*ONE_NODE, "--nproc_per_node=+2", *SCRIPT]).nproc_word is None
+
+
+# --------------------------------------------------------------- --rdzv_endpoint as torch reads it
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "facts_of_node1", "note"),
+    [
+        (
+            "fd00:78::10:29500",
+            node(1, endpoint_host="fd00:78::10", endpoint_addresses=(ib6(0),)),
+            "--rdzv_endpoint 'fd00:78::10:29500' has no brackets: torch reads it as host"
+            " fd00:78::10, port 29500; write [fd00:78::10]:29500",
+        ),
+        (
+            "::1:29400",
+            node(1, endpoint_host=None, endpoint_addresses=()),
+            "--rdzv_endpoint '::1:29400' has no brackets: torch reads it as host ::1, port 29400;"
+            " write [::1]:29400",
+        ),
+    ],
+    ids=["ipv6-node", "loopback"],
+)
+def test_unbracketed_ipv6_endpoint_runs_as_with_torchrun_and_warns(
+    endpoint: str, facts_of_node1: facts.NodeFacts, note: str
+) -> None:
+    argv = ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}", *SCRIPT]
+    p = plan(argv, {"SLURM_NODEID": "1"}, facts=facts_of_node1)
+    assert note in p.warnings
+    assert f"--rdzv_endpoint={endpoint}" in p.argv, "the endpoint reaches torch as given"
+    assert not p.predicted_failures and p.error is None
+
+
+# ------------------------------------------------------------------ --local_addr and the interface
+
+
+def test_user_local_addr_that_does_not_resolve_is_kept_with_a_warning() -> None:
+    here = node(1)._replace(local_addr_error="Name or service not known")
+    p = plan([*MULTI, "--local_addr=garbage", *SCRIPT], {"SLURM_NODEID": "1"}, facts=here)
+    assert p.advertised_address is not None
+    assert "--local_addr=garbage" not in p.added_args and "--local_addr=garbage" in p.argv
+    assert (
+        "--local_addr 'garbage' does not resolve on node1 (Name or service not known); kept as"
+        " given, but the other nodes cannot reach this node by it"
+    ) in p.warnings
+
+
+def test_user_local_addr_of_another_machine_is_kept_with_a_warning() -> None:
+    here = node(1)._replace(local_addr_addresses=(ib(2),), local_addr_own=())
+    p = plan([*MULTI, f"--local_addr={ib(2)}", *SCRIPT], {"SLURM_NODEID": "1"}, facts=here)
+    assert any(
+        w.startswith(f"--local_addr '{ib(2)}' ({ib(2)}) is not an address of node1; kept")
+        for w in p.warnings
+    ), p.warnings
+    mine = node(1)._replace(local_addr_addresses=(ib(1),), local_addr_own=(ib(1),))
+    ok = plan([*MULTI, f"--local_addr={ib(1)}", *SCRIPT], {"SLURM_NODEID": "1"}, facts=mine)
+    assert not any("--local_addr" in w for w in ok.warnings)
+
+
+@pytest.mark.parametrize(
+    ("given", "found"),
+    [
+        ("a b", ((), "'a b' is not a host name")),
+        ("a..b", ((), "'a..b' is not a host name (empty label or a label over 63 characters)")),
+        ("10.78.0.11", (("10.78.0.11",), None)),
+    ],
+)
+def test_local_addr_look_up_needs_no_network_for_garbage_or_an_address(
+    given: str, found: object
+) -> None:
+    assert facts._look_up_once(given) == found
+
+
+def test_gloo_ifname_message_calls_this_nodes_address_its_own() -> None:
+    env = {"SLURM_NODEID": "1", "GLOO_SOCKET_IFNAME": "mgmt"}
+    p = plan([*MULTI, *SCRIPT], env, facts=node(1))
+    assert p.predicted_failures == (
+        f"GLOO_SOCKET_IFNAME=mgmt does not select ib, the interface of {ib(1)} (this node's"
+        " address towards the endpoint node0i); interfaces here: ib, lo, mgmt; unset it or set"
+        " GLOO_SOCKET_IFNAME=ib",
+    )
+
+
+# ------------------------------------------------------------------------ bytes that are not UTF-8
+
+
+def test_explain_text_prints_bytes_that_are_not_utf8_escaped() -> None:
+    argv = [*ONE_NODE, "tr\udcffin.py", "--x=\udcc3"]
+    req = request(argv)
+    p = make_plan(req, "2.13.0", node(0))
+    text = explain.render(Prepared(req, node(0), p), "text")
+    text.encode("utf-8")  # strict: no lone surrogate left
+    assert "'tr\\xffin.py' '--x=\\xc3'" in text
+
+
+def test_explain_error_prints_a_variable_name_that_is_not_utf8_escaped() -> None:
+    with pytest.raises(ConfigError) as info:
+        request([*ONE_NODE, *SCRIPT], {"TORCHRUN_JSC_\udcff": "1"})
+    text = explain.render_error(str(info.value), "text")
+    text.encode("utf-8")
+    assert text.startswith("torchrun_jsc explain: error: unknown variable TORCHRUN_JSC_\\xff;")
+    assert explain.escaped("\ud800 ü") == "\\ud800 ü", "other lone surrogates; valid text kept"
