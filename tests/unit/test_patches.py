@@ -424,22 +424,3 @@ def test_worker_start_new_session_only_for_the_known_popen_of_torch_before_2_2(
     monkeypatch.setattr(SubprocessHandler, "_popen", other_popen)
     reason = patches.install("worker_start", {"kill_orphans": False, "new_session": True})
     assert reason is not None and "expected subprocess, Popen, _stdout, _stderr" in reason
-
-
-def test_forward_signals_passes_the_signal_on_and_is_undone(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import signal
-
-    from torchrun_jsc.runtime import workers
-
-    sent: list[int] = []
-    monkeypatch.setattr(workers, "signal_all", lambda signum: sent.append(signum) or 3)
-    before = signal.getsignal(signal.SIGUSR2)
-    assert patches.install("forward_signals", {"signals": ["SIGUSR2"]}) is None
-    handler = signal.getsignal(signal.SIGUSR2)
-    assert callable(handler)
-    handler(signal.SIGUSR2, None)  # type: ignore[operator]
-    assert sent == [signal.SIGUSR2]
-    patches.restore_all()
-    assert signal.getsignal(signal.SIGUSR2) == before
