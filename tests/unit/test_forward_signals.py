@@ -15,7 +15,7 @@ import pytest
 
 from torchrun_jsc import patches
 from torchrun_jsc.runtime import signal_probe
-from torchrun_jsc.runtime.direct_signals import WINDOW, Receipt, decide, unpaired
+from torchrun_jsc.runtime.direct_signals import EARLIER, LATER, Receipt, decide, unpaired
 
 from .planning import plan
 
@@ -27,24 +27,37 @@ STEPD = Receipt(USR1, 100.0, 4242, "slurmstepd")
 
 
 def test_a_probe_receipt_of_the_same_signal_means_the_sender_reached_the_workers() -> None:
-    for probe_at in (100.0, 99.0, 101.5):  # before the agent's handler ran, or after
-        d = decide(USR1, 100.3, [STEPD._replace(at=probe_at)], 101.9, True)
-        assert d.action == "direct" and d.receipt is not None
+    # the probe's report came before the agent's handler ran (even much later), or after it
+    for handler_at in (100.0003, 100.0 + EARLIER, 100.0 - LATER):
+        d = decide(USR1, handler_at, [STEPD], 100.0 + LATER + 1, True)
+        assert d.action == "direct" and d.paired == (STEPD,), handler_at
         assert d.reason == "from pid 4242 (slurmstepd), which signalled the workers too"
 
 
 def test_the_agent_waits_for_the_probe_then_passes_the_signal_on() -> None:
-    assert decide(USR1, 100.0, [], 100.0 + WINDOW / 2, True).action == "wait"
-    d = decide(USR1, 100.0, [], 100.0 + WINDOW, True)
-    assert d.action == "forward" and d.receipt is None
+    assert decide(USR1, 100.0, [], 100.0 + LATER / 2, True).action == "wait"
+    d = decide(USR1, 100.0, [], 100.0 + LATER, True)
+    assert d.action == "forward" and d.paired == ()
     assert d.reason == "its sender did not signal the workers (the probe got none in 2 s)"
 
 
 def test_a_receipt_of_another_signal_or_time_does_not_pair() -> None:
     other = STEPD._replace(signum=USR2)
-    old = STEPD._replace(at=100.0 - WINDOW - 0.1)
-    assert decide(USR1, 100.0, [other, old], 100.0 + WINDOW, True).action == "forward"
-    assert decide(USR1, 100.0, [other, old], 100.0 + 0.1, True).action == "wait"
+    old = STEPD._replace(at=100.0 - EARLIER - 0.1)
+    late = STEPD._replace(at=100.0 + LATER + 0.1)
+    assert decide(USR1, 100.0, [other, old, late], 100.0 + LATER, True).action == "forward"
+    assert decide(USR1, 100.0, [other, old, late], 100.0 + 0.1, True).action == "wait"
+
+
+def test_one_handler_run_for_several_signals_pairs_with_all_of_them() -> None:
+    """Python runs a handler once for signals that came while the main thread was away."""
+    second = STEPD._replace(at=100.5)
+    d = decide(USR1, 101.0, [STEPD, second], 101.0, True)
+    assert d.action == "direct" and d.paired == (STEPD, second)
+    assert unpaired([STEPD, second], d.paired, 101.0) == []
+    # a report that comes after the handler pairs alone: the next signal may be its own
+    after = decide(USR1, 99.0, [STEPD, second], 99.0, True)
+    assert after.paired == (STEPD,)
 
 
 def test_without_a_probe_every_signal_is_passed_on_at_once() -> None:
@@ -56,10 +69,10 @@ def test_without_a_probe_every_signal_is_passed_on_at_once() -> None:
 
 
 def test_a_paired_receipt_is_used_once_and_old_ones_are_dropped() -> None:
-    old = STEPD._replace(at=90.0)
+    old = STEPD._replace(at=100.0 - EARLIER - 1)
     later = STEPD._replace(at=100.5, sender=7)
-    assert unpaired([old, STEPD, later], STEPD, 100.2) == [later]
-    assert unpaired([old, later], None, 100.2) == [later]
+    assert unpaired([old, STEPD, later], (STEPD,), 100.2) == [later]
+    assert unpaired([old, later], (), 100.2) == [later]
 
 
 def test_probe_lines_parse_back() -> None:
@@ -134,6 +147,19 @@ def test_a_probe_that_dies_is_reported() -> None:
     probe.stop()
 
 
+def test_a_probe_that_cannot_start_says_why_and_leaves_the_mask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    probe = signal_probe.Probe([USR1])
+    problem = probe.start(on_end=lambda why: None)
+    assert problem is not None and problem.startswith("the signal probe did not start (")
+    assert not probe.running and probe.pid is None
+    assert not _blocked(os.getpid()) & (1 << (USR1 - 1))
+    assert decide(USR1, 1.0, [], 1.0, probe.running).action == "forward"
+    probe.stop()
+
+
 def test_forward_signals_passes_the_signal_on_and_is_undone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -147,7 +173,7 @@ def test_forward_signals_passes_the_signal_on_and_is_undone(
     assert callable(handler)
     handler(signal.SIGUSR2, None)  # type: ignore[operator]
     assert sent == [], "not before the probe had its time"
-    _until(lambda: sent == [USR2], WINDOW + 5)
+    _until(lambda: sent == [USR2], LATER + 5)
     patches.restore_all()
     assert signal.getsignal(signal.SIGUSR2) == before
 
@@ -247,7 +273,7 @@ def test_an_agents_worker_gets_a_signal_once_whoever_sent_it(how: str, says: str
         seen = [out.readline(), out.readline()]
         assert sorted(line.split()[0] for line in seen if line) == ["READY", "UP"], seen
         SENDERS[how](agent.pid)
-        time.sleep(WINDOW + 1.5)
+        time.sleep(LATER + 1.5)
         assert agent.poll() is None, "the agent goes on"
         rest, err = agent.communicate("", timeout=30)
     finally:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 from ..log import logger
 from ..runtime import workers
-from ..runtime.direct_signals import WINDOW, decide, unpaired
+from ..runtime.direct_signals import LATER, decide, unpaired
 from ..runtime.signal_probe import Probe
 from . import worker_start
 from ._common import on_restore, verified
@@ -31,11 +31,7 @@ def install(signals: Sequence[str]) -> None:
     forwarder = Forwarder([int(getattr(signal, name)) for name in signals])
     problem = forwarder.start()
     if problem is not None:
-        logger.warning(
-            "torchrun_jsc: %s; %s will be passed on to the workers even when they got it directly",
-            problem,
-            "/".join(signals),
-        )
+        forwarder.without_probe(problem)
     on_restore(forwarder.stop)
     for number in forwarder.signals:
         on_restore(_restorer(number, signal.signal(number, forwarder.noted)))
@@ -60,7 +56,7 @@ class Forwarder:
 
     def start(self) -> Optional[str]:
         """Start the probe and the thread; None, or why there is no probe."""
-        problem = self.probe.start(on_end=self._probe_ended)
+        problem = self.probe.start(on_end=self.without_probe)
         self._thread = threading.Thread(target=self._run, daemon=True, name="trjsc-signals")
         self._thread.start()
         return problem
@@ -74,28 +70,29 @@ class Forwarder:
             item = self._noted.get()
             if item is None:
                 return
-            self.settle(*item)
+            self._settle(*item)
 
-    def settle(self, signum: int, at: float) -> str:
+    def _settle(self, signum: int, at: float) -> None:
         """Decide on signal ``signum`` the agent got at ``at`` (waiting for the probe, at most
-        :data:`~torchrun_jsc.runtime.direct_signals.WINDOW` seconds) and act; the action."""
+        :data:`~torchrun_jsc.runtime.direct_signals.LATER` seconds) and act."""
         probe = self.probe
         with probe.changed:
             while True:
                 decision = decide(signum, at, probe.receipts, time.monotonic(), probe.running)
                 if decision.action != "wait":
                     break
-                probe.changed.wait(max(at + WINDOW - time.monotonic(), 0.01))
-            probe.receipts[:] = unpaired(probe.receipts, decision.receipt, at)
+                probe.changed.wait(max(at + LATER - time.monotonic(), 0.01))
+            probe.receipts[:] = unpaired(probe.receipts, decision.paired, at)
         name = signal.Signals(signum).name
         if decision.action == "direct":
             logger.warning("torchrun_jsc: %s %s; not passed on", name, decision.reason)
         else:
             sent = workers.signal_all(signum)
             logger.warning("torchrun_jsc: passed %s on to %d worker(s)", name, sent)
-        return decision.action
 
-    def _probe_ended(self, why: str) -> None:
+    def without_probe(self, why: str) -> None:
+        """Say that there is no probe (it did not start, or it ended): every signal is passed
+        on from now on."""
         names = "/".join(signal.Signals(s).name for s in self.signals)
         logger.warning(
             "torchrun_jsc: %s; %s will be passed on to the workers even when they got it directly",

@@ -6,20 +6,23 @@ proctrack/cgroup the whole cgroup, with proctrack/pgid only the task's process g
 has rules of its own; ``kill`` reaches whom it is given. Rather than assume one, the agent asks
 a process placed like the workers (its child, in a session of its own, in its cgroup: the
 probe, :mod:`torchrun_jsc.runtime.signal_probe`) what it got. A probe's receipt of the same
-signal within :data:`WINDOW` seconds of the agent's is the same delivery: its sender reached
-the workers, so the agent does not pass the signal on; otherwise it does, once the window has
-passed. Without a probe every signal is passed on.
+signal close in time to the agent's handler is the same delivery: its sender reached the
+workers, so the agent does not pass the signal on; otherwise it does, once the probe has had
+:data:`LATER` seconds to report. Without a probe every signal is passed on.
 """
 
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Sequence, Tuple
 
-#: A probe's receipt of a signal this close (seconds, either way) to the agent's is the same
-#: delivery. A sender signals a step's processes within a millisecond (measured: 0.4 ms for
-#: ``scancel --signal``); the rest is room for a loaded node. A signal only the agent got is
-#: passed on this late.
-WINDOW = 2.0
+#: The agent's handler may run this long (seconds) after the probe got the same signal: Python
+#: runs a handler when the main thread is back in Python, and runs it once for several signals
+#: that came meanwhile, so every receipt in this span before the handler pairs with it.
+EARLIER = 10.0
+#: The probe's report may come this long after the agent's handler ran (a sender signals a
+#: step's processes within a millisecond, measured 0.4 ms for ``scancel --signal``; the rest is
+#: room for a loaded node). A signal only the agent got is passed on this late.
+LATER = 2.0
 
 
 class Receipt(NamedTuple):
@@ -35,48 +38,41 @@ class Receipt(NamedTuple):
 class Decision(NamedTuple):
     """What to do with a signal the agent got: ``action`` is ``forward`` (pass it on),
     ``direct`` (the workers got it from its sender: do not) or ``wait`` (ask again when the
-    probe reports or the window ends); ``receipt``: the probe's receipt it paired with."""
+    probe reports or :data:`LATER` has passed); ``paired``: the probe's receipts it stands
+    for."""
 
     action: str
-    receipt: Optional[Receipt]
+    paired: Tuple[Receipt, ...]
     reason: str
 
 
 def decide(
-    signum: int,
-    at: float,
-    receipts: Sequence[Receipt],
-    now: float,
-    probe_running: bool,
-    window: float = WINDOW,
+    signum: int, at: float, receipts: Sequence[Receipt], now: float, probe_running: bool
 ) -> Decision:
-    """The decision for signal ``signum`` the agent got at ``at``, given the probe's unpaired
-    ``receipts`` (oldest first) and whether the probe still runs."""
-    for receipt in receipts:
-        if receipt.signum == signum and abs(receipt.at - at) <= window:
-            return Decision(
-                "direct",
-                receipt,
-                f"from pid {receipt.sender} ({receipt.sender_name}), which signalled the workers"
-                " too",
-            )
+    """The decision for signal ``signum`` whose handler ran at ``at``, given the probe's unpaired
+    ``receipts`` (oldest first) and whether the probe still runs. It pairs with every receipt
+    of the same signal from up to :data:`EARLIER` seconds before, else with the first one up to
+    :data:`LATER` seconds after."""
+    same = [r for r in receipts if r.signum == signum]
+    paired = tuple(r for r in same if at - EARLIER <= r.at <= at)
+    paired = paired or tuple(r for r in same if at < r.at <= at + LATER)[:1]
+    if paired:
+        first = paired[0]
+        return Decision(
+            "direct",
+            paired,
+            f"from pid {first.sender} ({first.sender_name}), which signalled the workers too",
+        )
     if not probe_running:
-        return Decision("forward", None, "no signal probe to tell whether the workers got it")
-    if now < at + window:
-        return Decision("wait", None, "the probe has not reported it yet")
+        return Decision("forward", (), "no signal probe to tell whether the workers got it")
+    if now < at + LATER:
+        return Decision("wait", (), "the probe has not reported it yet")
     return Decision(
-        "forward",
-        None,
-        f"its sender did not signal the workers (the probe got none in {window:g} s)",
+        "forward", (), f"its sender did not signal the workers (the probe got none in {LATER:g} s)"
     )
 
 
-def unpaired(
-    receipts: Sequence[Receipt], used: Optional[Receipt], at: float, window: float = WINDOW
-) -> List[Receipt]:
-    """The receipts left to pair after the agent's signal at ``at`` was decided: without the
-    one it used and without those too old to pair with any later signal."""
-    left = list(receipts)
-    if used is not None:
-        left.remove(used)
-    return [r for r in left if r.at >= at - window]
+def unpaired(receipts: Sequence[Receipt], paired: Sequence[Receipt], at: float) -> List[Receipt]:
+    """The receipts left to pair after the signal whose handler ran at ``at`` was decided:
+    without those it paired with, and without those too old to pair with a later one."""
+    return [r for r in receipts if r not in paired and r.at >= at - EARLIER]
