@@ -6,7 +6,7 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 | mechanism | patch | on for |
 |---|---|---|
 | workers die with the agent (a watcher); own session | ``worker_start`` | every launch (Linux) |
-| SIGUSR1/SIGUSR2 passed on to the workers | ``forward_signals`` | every launch (Linux) |
+| SIGUSR1/SIGUSR2 reach each worker once | ``forward_signals`` | every launch (Linux) |
 | grace between SIGTERM and SIGKILL | ``term_grace`` | when ``TORCHRUN_JSC_TERM_GRACE`` is set |
 | lost nodes stop the job | ``peer_watch`` | multi-node c10d launches torchrun_jsc fixes |
 | the job's first failure, last line | ``failure_report`` | every launch |
@@ -97,7 +97,10 @@ def plan_agent_side(
         else _off("TORCHRUN_JSC_KILL_ORPHANS", linux),
     )
     if forward:
-        side.patch(params.ForwardSignals(signals=forward), "passed on, training goes on")
+        side.patch(
+            params.ForwardSignals(signals=forward),
+            "passed on unless their sender reached the workers",
+        )
     if settings.term_grace is not None:
         side.patch(params.TermGrace(seconds=settings.term_grace), "TORCHRUN_JSC_TERM_GRACE")
         side.decide("grace before SIGKILL", f"{settings.term_grace:g} s", "TORCHRUN_JSC_TERM_GRACE")
@@ -126,6 +129,13 @@ def _off(variable: str, linux: bool) -> str:
     return f"{variable}=0" if linux else "not on Linux"
 
 
+#: The rule that makes a forwarded signal reach each worker once (explain shows it).
+_ONCE = (
+    "TORCHRUN_JSC_FORWARD_SIGNALS; a signal that also reaches a probe process started like the"
+    " workers (the agent's child, own session) came to them from its sender: not passed on"
+)
+
+
 def _signals(request: Request, side: AgentSide) -> Tuple[str, ...]:
     settings, options = request.settings, request.options
     assert options is not None
@@ -137,7 +147,7 @@ def _signals(request: Request, side: AgentSide) -> Tuple[str, ...]:
         if name in torch_handles:
             side.decide(name, "torch's", "--signals-to-handle: torch stops the workers with it")
     if forward:
-        side.decide(", ".join(forward), "passed on to the workers", "TORCHRUN_JSC_FORWARD_SIGNALS")
+        side.decide(", ".join(forward), "passed on unless the workers got them", _ONCE)
     elif not settings.forward_signals:
         side.decide("SIGUSR1, SIGUSR2", "not handled", "TORCHRUN_JSC_FORWARD_SIGNALS=none")
     return forward

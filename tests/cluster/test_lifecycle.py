@@ -207,6 +207,8 @@ def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
 def test_sigusr1_to_every_agent_reaches_every_worker_once(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
+    """``kill -USR1`` to the agents only: the workers do not get it, so each agent passes it on
+    (its signal probe got nothing), once."""
     job = training(jsc_cluster, job_cleanup, TRJSC_TRAIN_SECONDS="12", TRJSC_SIGNALS="1")
     for proc in job.procs.values():
         os.kill(proc.pid, signal.SIGUSR1)
@@ -215,34 +217,44 @@ def test_sigusr1_to_every_agent_reaches_every_worker_once(
     for i in range(4):
         got = [ln for ln in job.output(i).splitlines() if ln.startswith("TRJSC_SIGNAL")]
         assert len(got) == 1 and "signal=SIGUSR1" in got[0], f"node{i}: {got}\n{job}"
+        said = job.output(i).count("torchrun_jsc: passed SIGUSR1 on to 1 worker(s)")
+        assert said == 1, f"node{i}\n{job}"
 
 
-def test_scancel_signal_usr1_reaches_every_worker(main_cluster: Cluster) -> None:
-    """Slurm's own delivery: stock slurmd with proctrack/linuxproc signals the whole process
-    tree of the step, so a worker may see it twice here (directly and passed on); under
-    psslurm (JSC) and stock proctrack/cgroup only the agent gets it (docs/how-it-works.md)."""
-    script = main_cluster.workdir / "usr1.sbatch"  # type: ignore[operator]
-    command = " ".join(argv(main_cluster))
+def test_scancel_signal_usr1_reaches_every_worker_once(jsc_cluster: Cluster) -> None:
+    """Slurm's own delivery (what ``--signal=USR1@T`` does before the time limit): with
+    proctrack/linuxproc slurmstepd signals every process of the step, the workers included, so
+    the agents must not pass it on again (docs/how-it-works.md#signals)."""
+    script = jsc_cluster.workdir / "usr1.sbatch"  # type: ignore[operator]
+    command = " ".join(argv(jsc_cluster))
     script.write_text(
         "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"
         "export TRJSC_TRAIN_SECONDS=15 TRJSC_SIGNALS=1\n"
         f"srun --label bash -c 'TORCHRUN_JSC_NODE_RANK=$SLURM_NODEID exec \"$@\"' x {command}\n"
     )
-    jobid = main_cluster.sbatch(script)
-    out = main_cluster.job_output_path(jobid)
+    jobid = jsc_cluster.sbatch(script)
+    out = jsc_cluster.job_output_path(jobid)
     deadline = time.monotonic() + 150
     while out.read_text().count("TRJSC_TRAINING") < 4 if out.exists() else True:
         assert time.monotonic() < deadline, out.read_text() if out.exists() else "no output"
         time.sleep(0.5)
-    signalled = main_cluster.login(["scancel", "--signal=USR1", jobid], timeout=30)
+    signalled = jsc_cluster.login(["scancel", "--signal=USR1", jobid], timeout=30)
     assert signalled.returncode == 0, signalled.output
-    state, code = main_cluster.wait_job(jobid, timeout=150)
+    state, code = jsc_cluster.wait_job(jobid, timeout=150)
     text = out.read_text()
     assert (state, code) == ("COMPLETED", 0), text[-4000:]
-    ranks = {
+    ranks = sorted(
         m.group(1) for m in re.finditer(r"TRJSC_SIGNAL host=\S+ rank=(\d+) signal=SIGUSR1", text)
-    }
-    assert ranks == {"0", "1", "2", "3"}, text[-4000:]
+    )
+    assert ranks == ["0", "1", "2", "3"], text[-4000:]
+    left = re.findall(
+        r"^(\d+): torchrun_jsc: SIGUSR1 from pid \d+ \(slurmstepd\), which signalled the"
+        r" workers too; not passed on$",
+        text,
+        re.MULTILINE,
+    )
+    assert sorted(left) == ["0", "1", "2", "3"], text[-4000:]
+    assert "passed SIGUSR1 on" not in text, text[-4000:]
 
 
 # --------------------------------------------------------------------------- no false alarm
