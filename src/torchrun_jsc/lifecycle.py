@@ -17,11 +17,12 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Optional, Tuple
 
+from .decisions import Collector
 from .facts import NodeFacts
 from .patches import params
-from .patches.params import AGENT_SIDE, PatchSpec
+from .patches.params import AGENT_SIDE
 from .request import Request
 from .runtime.node import Node
 from .versions import OWN_SESSION_FROM, TorchVersion
@@ -35,41 +36,19 @@ LATE_HOST = 30.0
 MIN_JOIN = 30
 
 
-class AgentSide:
-    """The agent-side part of a plan: patches, decisions ``(topic, value, reason)``, warnings,
-    and rendezvous keys to add to ``--rdzv_conf``."""
-
-    def __init__(
-        self,
-        patches: Optional[List[PatchSpec]] = None,
-        decisions: Optional[List[Tuple[str, str, str]]] = None,
-        warnings: Optional[List[str]] = None,
-        conf: Optional[Dict[str, str]] = None,
-    ) -> None:
-        self.patches = [] if patches is None else patches
-        self.decisions = [] if decisions is None else decisions
-        self.warnings = [] if warnings is None else warnings
-        self.conf = {} if conf is None else conf
-
-    def patch(self, what: params.Params, reason: str) -> None:
-        self.patches.append(PatchSpec(what, reason))
-
-    def decide(self, topic: str, value: object, reason: str) -> None:
-        self.decisions.append((topic, str(value), reason))
-
-
 def plan_agent_side(
+    side: Collector,
     request: Request,
     version: TorchVersion,
     facts: NodeFacts,
     is_host: Optional[bool],
     fixing: bool,
-) -> AgentSide:
-    """The mechanisms for a launch that goes ahead; ``fixing``: torchrun_jsc fixes this
-    multi-node c10d rendezvous (its endpoint and this node's role are known)."""
-    side = AgentSide()
+) -> None:
+    """Collect into ``side`` the mechanisms for a launch that goes ahead; ``fixing``:
+    torchrun_jsc fixes this multi-node c10d rendezvous (its endpoint and this node's role are
+    known)."""
     if request.options is None:
-        return side
+        return
     settings = request.settings
     linux = facts.platform.startswith("linux")
     forward = _signals(request, side) if linux else ()
@@ -122,7 +101,6 @@ def plan_agent_side(
     if fixing:
         _wait_for_host(side, request, facts, is_host)
         _rank_order(side, request)
-    return side
 
 
 def _off(variable: str, linux: bool) -> str:
@@ -136,7 +114,7 @@ _ONCE = (
 )
 
 
-def _signals(request: Request, side: AgentSide) -> Tuple[str, ...]:
+def _signals(request: Request, side: Collector) -> Tuple[str, ...]:
     settings, options = request.settings, request.options
     assert options is not None
     torch_handles = {
@@ -171,7 +149,7 @@ def _node(request: Request, facts: NodeFacts, is_host: Optional[bool], fixing: b
     return node
 
 
-def _peer_watch(side: AgentSide, request: Request, node: Node, fixing: bool) -> None:
+def _peer_watch(side: Collector, request: Request, node: Node, fixing: bool) -> None:
     timeout = request.settings.peer_timeout
     if timeout <= 0:
         side.decide("lost nodes", "not watched", "TORCHRUN_JSC_PEER_TIMEOUT=0")
@@ -197,7 +175,7 @@ def _peer_watch(side: AgentSide, request: Request, node: Node, fixing: bool) -> 
 
 
 def _wait_for_host(
-    side: AgentSide, request: Request, facts: NodeFacts, is_host: Optional[bool]
+    side: Collector, request: Request, facts: NodeFacts, is_host: Optional[bool]
 ) -> None:
     settings, endpoint = request.settings, request.endpoint
     assert endpoint is not None
@@ -232,7 +210,7 @@ def _wait_for_host(
             )
 
 
-def _rank_order(side: AgentSide, request: Request) -> None:
+def _rank_order(side: Collector, request: Request) -> None:
     options, settings = request.options, request.settings
     assert options is not None
     mode = settings.rank_order or ("node" if request.node_rank is not None else "torch")

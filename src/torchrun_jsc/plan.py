@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from . import guards, lifecycle, network
+from .decisions import Collector, Decision
 from .envvars import shown
 from .errors import UnsupportedTorchError
 from .facts import NodeFacts
@@ -31,15 +32,6 @@ from .versions import (
     newest_tested_label,
     strategy_for,
 )
-
-
-class Decision(NamedTuple):
-    """One line of the plan's reasoning: what was decided and why."""
-
-    topic: str
-    value: str
-    reason: str
-
 
 #: A plan's verdicts, best first; a plan's verdict is the worst of its problems' outcomes.
 VERDICTS = ("ok", "fail", "refused", "error")
@@ -125,36 +117,19 @@ class Prepared(NamedTuple):
         return self.request.settings
 
 
-class _Draft:
-    def __init__(
-        self,
-        args: Optional[List[str]] = None,
-        conf: Optional[Dict[str, str]] = None,
-        env: Optional[Dict[str, str]] = None,
-        patches: Optional[List[PatchSpec]] = None,
-        warnings: Optional[List[str]] = None,
-        decisions: Optional[List[Decision]] = None,
-        problems: Optional[List[Problem]] = None,
-        is_host: Optional[bool] = None,
-        address: Optional[str] = None,
-        interface: Optional[str] = None,
-    ) -> None:
-        self.args = [] if args is None else args
-        #: Rendezvous keys to set in the one --rdzv_conf torchrun_jsc adds.
-        self.conf = {} if conf is None else conf
-        self.env = {} if env is None else env
-        self.patches = [] if patches is None else patches
-        self.warnings = [] if warnings is None else warnings
-        self.decisions = [] if decisions is None else decisions
-        self.problems = [] if problems is None else problems
-        self.is_host = is_host
-        self.address = address
-        self.interface = interface
+class _Draft(Collector):
+    """The plan as it is being made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.args: List[str] = []
+        self.env: Dict[str, str] = {}
+        self.problems: List[Problem] = []
+        self.is_host: Optional[bool] = None
+        self.address: Optional[str] = None
+        self.interface: Optional[str] = None
         #: What the guards check of this node's rendezvous role.
         self.role = guards.Role()
-
-    def decide(self, topic: str, value: object, reason: str) -> None:
-        self.decisions.append(Decision(topic, str(value), reason))
 
 
 def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
@@ -202,11 +177,7 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
 def _agent_side(
     draft: _Draft, request: Request, version: TorchVersion, facts: NodeFacts, fixing: bool
 ) -> None:
-    side = lifecycle.plan_agent_side(request, version, facts, draft.is_host, fixing)
-    draft.patches += side.patches
-    draft.decisions += [Decision(*d) for d in side.decisions]
-    draft.warnings += side.warnings
-    draft.conf.update(side.conf)
+    lifecycle.plan_agent_side(draft, request, version, facts, draft.is_host, fixing)
     if draft.conf:  # after the auto-configured options, before --local_addr
         at = len(request.auto.args) if request.auto is not None else 0
         draft.args.insert(at, f"--rdzv_conf={format_rdzv_conf({**request.conf, **draft.conf})}")

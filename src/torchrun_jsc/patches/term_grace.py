@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ..torch_defaults import TERM_GRACE
 from ._common import Check, replace, verified
 
 CHECKS = (
@@ -23,7 +24,7 @@ def install(seconds: float) -> None:
     [(owner, attr, original)] = verified(CHECKS)
 
     @functools.wraps(original)
-    def close(self: Any, death_sig: Any = None, timeout: float = 30) -> Any:
+    def close(self: Any, death_sig: Any = None, timeout: float = TERM_GRACE) -> Any:
         return original(self, death_sig, seconds)
 
     replace(owner, attr, close)

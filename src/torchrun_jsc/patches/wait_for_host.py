@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..log import logger
+from ..torch_defaults import READ_TIMEOUT
 from ._common import Check, replace, verified
 
 _C10D = "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend"
@@ -39,7 +40,7 @@ def install(endpoint: str, wait: float) -> None:
             return original(params)
         config = params.config
         given = config.get("read_timeout")
-        read_timeout = params.get_as_int("read_timeout", 60)
+        read_timeout = params.get_as_int("read_timeout", READ_TIMEOUT)
         started = time.monotonic()
         said = started - SAY_EVERY  # the first failed attempt is told at once
         while True:

@@ -41,6 +41,7 @@ import threading
 import time
 from typing import Any, List, Optional, Tuple
 
+from ..torch_defaults import TERM_GRACE
 from . import failures, heartbeats, timing, watch, workers
 from .beating import Heartbeats, Round, watch_store
 from .bounded import bounded, in_flight
@@ -49,9 +50,6 @@ from .ledger import LastLine, Ledger, say
 from .node import Node
 from .protocol import JobProtocol
 from .watch import Action, Config, Event, State
-
-#: Default grace between SIGTERM and SIGKILL (torch's own).
-TORCH_GRACE = 30.0
 
 
 class Session:
@@ -325,7 +323,7 @@ class Session:
         """Stop this node's workers and publish that (a STOPPED record) unless they had all
         ended by themselves: torch's monitor then publishes their failure."""
         node = self.node
-        grace = TORCH_GRACE if node is None or node.grace is None else node.grace
+        grace = float(TERM_GRACE if node is None or node.grace is None else node.grace)
         count = workers.stop_all(grace)
         if count and node is not None:
             self.ledger.publish_own(failures.stopped(node.hostname, node.node_rank, count))
