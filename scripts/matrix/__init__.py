@@ -3,8 +3,9 @@
 Modules: :mod:`.cli` (the command line and its manual), :mod:`.config` (every option,
 environment variable and default, and the layout under the matrix home), :mod:`.recipes` (how
 each release is installed, as a table, and how the nvidia libraries are shared), :mod:`.build`,
-:mod:`.check`, :mod:`.fingerprints`, :mod:`.scenarios` (one subcommand each), :mod:`.venvs`
-(the built venvs and other interpreters) and :mod:`.proc` (running logged subprocesses).
+:mod:`.check`, :mod:`.fingerprints`, :mod:`.scenarios` (one subcommand each), :mod:`.notes`
+(the notes under the compatibility table, grouped by text), :mod:`.venvs` (the built venvs
+and other interpreters) and :mod:`.proc` (running logged subprocesses).
 
 ``fingerprint_probe.py`` and ``gloo_check.py`` are not part of the package: they run inside
 the matrix venvs, under every torch from 1.13 on, with nothing but the standard library and

@@ -38,7 +38,7 @@ from .check import run_check
 from .config import SETTINGS, Config, MatrixError
 from .fingerprints import FINGERPRINTS, run_fingerprints
 from .recipes import DEFAULT_VERSIONS
-from .scenarios import COMPATIBILITY, SUITE, run_scenarios
+from .scenarios import COMPATIBILITY, SUITE, rerender, run_scenarios
 from .venvs import built_versions
 
 #: The settings each subcommand takes (``--home`` is everywhere).
@@ -168,7 +168,15 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--keep-previous",
         action="store_true",
-        help="keep the columns of the output's versions that are not run now (noted as such)",
+        help="keep what is not run now from the output: the columns of the other versions, and"
+        " in a column of which only some scenarios run (--pytest-args -k ...) the others"
+        " (noted as such)",
+    )
+    p.add_argument(
+        "--rerender",
+        action="store_true",
+        help="do not run anything; write the output again from its own table, notes, date and"
+        " commit (after a change of the format; takes --note)",
     )
     p.add_argument(
         "--note",
@@ -203,6 +211,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             return run_check(cfg, args.versions, args.debian)
         if command == "fingerprints":
             return run_fingerprints(cfg, args.versions, Path(args.output), not args.no_debian)
+        if args.rerender:
+            if args.versions or args.from_junit or args.keep_previous or args.pytest_args:
+                raise MatrixError(
+                    "torch-matrix: --rerender runs nothing: it takes no VERSION, --from-junit,"
+                    " --keep-previous or --pytest-args"
+                )
+            return rerender(Path(args.output), args.note)
         return run_scenarios(
             cfg,
             args.versions,

@@ -3,8 +3,10 @@
 Per venv: ``TRJSC_CLUSTER_PYTHON=<venv python> TRJSC_SLOW_SCENARIOS=1 <pytest python> -m pytest
 -m cluster SUITE --junitxml=<home>/scenarios/<version>.xml`` from the repository (needs root;
 12-15 minutes per release), then one table row per scenario and one column per
-version into ``docs/compatibility.md``. ``--from-junit VERSION=FILE ...`` renders the table
-from existing junit files without running anything.
+version into ``docs/compatibility.md``, the notes grouped by text (:mod:`.notes`).
+``--from-junit VERSION=FILE ...`` renders the table from existing junit files without running
+anything; ``--rerender`` writes the file again from its own content; ``--keep-previous`` keeps
+what is not run now (:func:`merge_previous`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from . import REPO
 from .config import Config, MatrixError
+from .notes import SEPARATOR, note_parts, parse_notes, render_notes
 from .proc import TIMEOUT_RC, clean_env, run_logged
 from .venvs import full_python_version, select, version_order
 
@@ -79,31 +82,37 @@ def parse_junit(path: Path) -> Results:
         raise MatrixError(f"torch-matrix: cannot read junit file {path}: {exc}") from None
 
 
+def _columns(text: str) -> List[str]:
+    """The torch versions of an earlier table's header row (none without a table)."""
+    for line in text.splitlines():
+        if line.startswith("| scenario |"):
+            return [c.strip() for c in line.strip().strip("|").split("|")][1:]
+    return []
+
+
 def previous_notes(text: str) -> Dict[str, str]:
-    """The per-version notes under an earlier ``docs/compatibility.md``'s table."""
-    notes: Dict[str, str] = {}
+    """The per-version notes under an earlier ``docs/compatibility.md``'s table (grouped as
+    :func:`.notes.render_notes` writes them, or one line per version)."""
     _, found, tail = text.partition("\n## Notes\n")
-    for line in tail.splitlines() if found else []:
-        version, sep, note = line.removeprefix("- ").partition(": ")
-        if line.startswith("- ") and sep:
-            notes[version] = note
-    return notes
+    return parse_notes(tail.splitlines() if found else [], _columns(text))
+
+
+def previous_field(text: str, name: str) -> str:
+    """The value of a ``- Name: value`` line of an earlier table's head ("unknown" if none)."""
+    found = re.search(rf"^- {name}: `?([^`\n]+)`?$", text, re.M)
+    return found[1] if found else "unknown"
 
 
 def previous_runs(text: str) -> tuple[Dict[str, Results], str]:
     """The per-version results of an earlier ``docs/compatibility.md`` (as written by
     :func:`render_compat`) and the commit it names."""
-    found = re.search(r"^- Commit: `([^`]+)`", text, re.M)
-    commit = found[1] if found else "unknown"
+    commit = previous_field(text, "Commit")
     status = {symbol: outcome for outcome, symbol in SYMBOL.items()}
-    versions: List[str] = []
-    runs: Dict[str, Results] = {}
+    versions = _columns(text)
+    runs: Dict[str, Results] = {v: {} for v in versions}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| scenario |"):
-            versions = cells[1:]
-            runs = {v: {} for v in versions}
-        elif line.startswith("| `") and versions and len(cells) == len(versions) + 1:
+        if line.startswith("| `") and versions and len(cells) == len(versions) + 1:
             for version, cell in zip(versions, cells[1:]):
                 if cell in status:
                     runs[version][cells[0].strip("`")] = status[cell]
@@ -158,8 +167,7 @@ def render_compat(
     ]
     if any(notes.values()):
         lines += ["", "## Notes", ""]
-        ordered = sorted(notes.items(), key=lambda item: version_order(item[0]))
-        lines += [f"- {v}: {n}" for v, n in ordered if n]
+        lines += render_notes(notes, versions)
     return "\n".join(lines) + "\n"
 
 
@@ -217,6 +225,71 @@ def _pairs(items: Sequence[str], what: str) -> List[tuple[str, str]]:
     return pairs
 
 
+def kept_note(earlier_commit: str) -> str:
+    """The note of a column kept from an earlier table (one part: it contains no ``"; "``)."""
+    return (
+        f"kept from the run at commit {earlier_commit}: scenarios added since"
+        " (-- in its column) have not run on this release"
+    )
+
+
+def rerun_note(results: Results, earlier_commit: str, commit: str, date: str) -> str:
+    """The note of a column of which only ``results`` were run now (the rest kept)."""
+    done = ", ".join(f"{s} ({SYMBOL[r]})" for s, r in sorted(results.items()))
+    return (
+        f"re-run on {date} at commit {commit} without the rest of its column (kept from the"
+        f" run at commit {earlier_commit}): {done}"
+    )
+
+
+def merge_previous(
+    runs: Dict[str, Results],
+    notes: Dict[str, str],
+    earlier: Mapping[str, Results],
+    earlier_notes: Mapping[str, str],
+    earlier_commit: str,
+    commit: str,
+    date: str,
+) -> None:
+    """``--keep-previous``: fill ``runs`` and ``notes`` in place from the earlier table.
+
+    A column not run now is kept with its notes, noted as kept once. A column of which only
+    some scenarios ran now keeps the earlier results of the others and its notes, plus a note
+    naming what ran now, when and at which commit. A column run in full is the new one alone.
+    """
+    for version, results in earlier.items():
+        if not results:
+            continue
+        note = earlier_notes.get(version, "")
+        if version not in runs:
+            runs[version] = dict(results)
+            # a column kept once already names the run it came from; its notes travel with it
+            if not any(p.startswith("kept from") for p in note_parts(note)):
+                note = SEPARATOR.join(n for n in (kept_note(earlier_commit), note) if n)
+            notes[version] = note
+        elif runs[version] and set(results) - set(runs[version]):
+            now = runs[version]
+            runs[version] = {**results, **now}
+            added = rerun_note(now, earlier_commit, commit, date)
+            notes[version] = SEPARATOR.join(n for n in (note, added, notes.get(version, "")) if n)
+
+
+def rerender(output: Path, note_items: Sequence[str]) -> int:
+    """``--rerender``: write ``output`` again from its own table, notes, date and commit."""
+    try:
+        text = output.read_text()
+    except OSError as exc:
+        raise MatrixError(f"torch-matrix: --rerender: cannot read {output}: {exc}") from None
+    runs, commit = previous_runs(text)
+    notes = previous_notes(text)
+    for version, note in _pairs(note_items, "--note"):
+        notes[version] = SEPARATOR.join(n for n in (notes.get(version, ""), note) if n)
+    date, python = previous_field(text, "Date"), previous_field(text, "Python")
+    output.write_text(render_compat(runs, notes, python, commit, date))
+    print(f"wrote {output}")
+    return 0
+
+
 def run_scenarios(
     cfg: Config,
     versions: List[str],
@@ -228,9 +301,8 @@ def run_scenarios(
     pytest_args: Sequence[str],
     keep_previous: bool = False,
 ) -> int:
-    """The ``run-scenarios`` subcommand; writes ``output`` (with ``keep_previous``, the
-    columns of the versions not run now are kept from the file's earlier content, each with a
-    note naming the commit they were measured on)."""
+    """The ``run-scenarios`` subcommand; writes ``output`` (with ``keep_previous``, what is
+    not run now is kept from the file's earlier content, as :func:`merge_previous` says)."""
     earlier: Dict[str, Results] = {}
     earlier_notes: Dict[str, str] = {}
     earlier_commit = ""
@@ -247,24 +319,14 @@ def run_scenarios(
             runs[version], note = run_suite(cfg, version, pytest_python, timeout, pytest_args)
             if note:
                 notes[version] = note
-    for version, results in earlier.items():
-        if version not in runs and results:
-            runs[version] = results
-            # a column kept once already names the run it came from; its notes travel with it
-            note = earlier_notes.get(version, "")
-            if not note.startswith("kept from"):
-                kept = (
-                    f"kept from the run at commit {earlier_commit}; the scenarios added since"
-                    " (-- in its column) have not run on this release"
-                )
-                note = "; ".join(n for n in (kept, note) if n)
-            notes[version] = note
-    for version, text in _pairs(note_items, "--note"):
-        notes[version] = "; ".join(n for n in (notes.get(version, ""), text) if n)
-    python = full_python_version(cfg.python) or "unknown"
     commit = git_commit()
+    date = datetime.date.today().isoformat()
+    merge_previous(runs, notes, earlier, earlier_notes, earlier_commit, commit, date)
+    for version, text in _pairs(note_items, "--note"):
+        notes[version] = SEPARATOR.join(n for n in (notes.get(version, ""), text) if n)
+    python = full_python_version(cfg.python) or "unknown"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render_compat(runs, notes, python, commit, datetime.date.today().isoformat()))
+    output.write_text(render_compat(runs, notes, python, commit, date))
     print(f"wrote {output}")
     return 0
 
