@@ -350,7 +350,9 @@ VARIABLES: Tuple[Variable, ...] = (
             "failure: "
             "node, rank, local rank, exit code or signal (the out-of-memory killer named as such), "
             "time, the message of torch's error file (`@record`), and how many ranks stopped after "
-            "it."
+            "it. An agent stopped by SIGTERM, SIGINT, SIGHUP or SIGQUIT (scancel, the time limit) "
+            "ends with one line instead of torch's traceback: the signal, its cause when Slurm "
+            "knows it, how long the workers took to end (exit code 1, torch's)."
         ),
         short="0, 1",
     ),
