@@ -105,6 +105,16 @@ def test_frozen_node_stops_the_job_with_default_settings(
 
 def test_frozen_node_stops_the_job(jsc_cluster: Cluster, job_cleanup: List[Job]) -> None:
     frozen_node(jsc_cluster, job_cleanup, TORCHRUN_JSC_PEER_TIMEOUT=FAST_PEER_TIMEOUT)
+    # thawed after the others ended: it ends by itself within the bound, saying why (before,
+    # only torch's traceback, or a rendezvous host "not answering")
+    job = job_cleanup[-1]
+    jsc_cluster.thaw_node(2)
+    took = job.wait_exit([2], BOUND)
+    assert_stopped(job, [2], took)
+    text = job.output(2)
+    assert "torchrun_jsc: this node did not run for" in text, str(job)
+    assert "has not answered" not in text, str(job)
+    assert text.rstrip().splitlines()[-1].startswith("torchrun_jsc: first failure: "), str(job)
 
 
 def test_frozen_rendezvous_host_stops_the_job(jsc_cluster: Cluster, job_cleanup: List[Job]) -> None:

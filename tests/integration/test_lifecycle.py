@@ -48,7 +48,7 @@ def wait_for(proc: subprocess.Popen[str], word: str, count: int, limit: float = 
     deadline = time.monotonic() + limit
     for line in proc.stdout:
         seen.append(line)
-        if sum(word in s for s in seen) >= count:
+        if sum(s.count(word) for s in seen) >= count:  # two workers may share a line
             return seen
         assert time.monotonic() < deadline, f"{word} not seen {count} times: {seen}"
     raise AssertionError(f"output ended before {count}x {word}: {seen}")
@@ -142,6 +142,35 @@ def test_sigusr1_reaches_every_worker_once_and_training_goes_on() -> None:
     assert sorted(ln.split()[2] for ln in signals) == ["rank=0", "rank=1"], text
     assert all("signal=SIGUSR1" in ln for ln in signals)
     assert "torchrun_jsc: passed SIGUSR1 on to 2 worker(s)" in err
+
+
+def test_sigusr1_without_a_handler_kills_both_ranks_and_the_line_says_so() -> None:
+    """The script has no handler: both workers die of the one signal; neither was 'stopped
+    after' the other (before: '1 rank stopped after it')."""
+    proc = launch(["--nproc_per_node=2", str(TRAIN)], {"TRJSC_TRAIN_SECONDS": "60"})
+    wait_for(proc, "TRJSC_TRAINING", 2)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-3000:]
+    line = last_line(err)
+    assert line.startswith("torchrun_jsc: first failure: "), err[-3000:]
+    assert "was killed by SIGUSR1 at " in line, line
+    assert line.endswith(", 1 more rank the same way"), line
+
+
+def test_sigterm_twice_is_one_line_and_exit_1() -> None:
+    """scancel sends SIGTERM to the agent (and Slurm more than once): one line, no traceback,
+    no second one from the signal that came during torch's shutdown, torch's exit code."""
+    proc = launch(["--nproc_per_node=2", str(TRAIN)], {"TRJSC_TRAIN_SECONDS": "60"})
+    wait_for(proc, "TRJSC_TRAINING", 2)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-3000:]
+    lines = [ln for ln in err.splitlines() if ln.startswith("torchrun_jsc: ")]
+    assert len(lines) == 1 and lines[0].startswith("torchrun_jsc: stopped by SIGTERM; workers"), err
+    assert "Traceback" not in err and "Logging error" not in err, err[-3000:]
 
 
 def test_sigusr1_is_left_to_torch_when_switched_off() -> None:

@@ -103,3 +103,17 @@ def test_error_file_message_is_one_line() -> None:
 
 
 # --------------------------------------------------------------------------- heartbeats
+
+
+def test_ranks_that_ended_the_same_way_with_the_first_are_not_stopped_after_it() -> None:
+    """SIGUSR1 without a handler killed both ranks of node0 at once: before, the line said
+    '1 rank stopped after it'."""
+    root = rec(FAILED, "node0", 0, node_rank=0, rank=0, local_rank=0, exitcode=-10, ranks_ended=2)
+    line = report.report_line([root._replace(alike=1)])
+    assert line == (
+        "torchrun_jsc: first failure: node0 (node rank 0): rank 0 (local rank 0) was killed by"
+        " SIGUSR1 at 12:00:00.000 UTC, 1 more rank the same way"
+    )
+    others = [rec(STOPPED, "node1", 1, node_rank=1, ranks_ended=2)]
+    line = report.report_line([root._replace(alike=1), *others])
+    assert line is not None and line.endswith("1 more rank the same way; 2 ranks stopped after it")

@@ -6,7 +6,7 @@ from typing import List, Tuple
 
 import pytest
 
-from torchrun_jsc.runtime import watch
+from torchrun_jsc.runtime import report, watch
 from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
 from torchrun_jsc.runtime.watch import (
     Ask,
@@ -381,3 +381,32 @@ def test_own_failure_tells_the_others_only_when_it_is_a_failure(
 )
 def test_exit_code(state: State, code: int) -> None:
     assert watch.exit_code(state) == code
+
+
+@pytest.mark.parametrize("phase_state", [TRAINING, FAILED_HERE], ids=["training", "failed"])
+def test_a_node_that_did_not_run_for_the_peer_timeout_stops_and_says_why(
+    phase_state: State,
+) -> None:
+    """Thawed after the others stopped or went on without it: its own line, not torch's
+    traceback alone, and not a 'rendezvous host has not answered' it would otherwise print."""
+    event = StoreQuiet(stuck=0.0, silent=95.0, now=2000.0, paused=94.0)
+    state, actions = decide(WATCHED, phase_state, event)
+    assert state == State(Phase.STOPPING, Ask.STOP, failed=True)
+    assert kinds(actions) == ["ZeroRestarts", "Publish", "Say", "StopWorkers"]
+    publish = next(a for a in actions if isinstance(a, watch.Publish))
+    assert publish.local and publish.record.time == 2000.0 - 94.0
+    assert report.describe(publish.record).startswith(
+        "this node, node1 (node rank 1), stopped responding"
+    )
+    say = next(a for a in actions if isinstance(a, watch.Say))
+    assert say.line == (
+        "torchrun_jsc: this node did not run for 94 s (frozen or suspended;"
+        " TORCHRUN_JSC_PEER_TIMEOUT=60): the other nodes have stopped the job or gone on without"
+        " it; stopping this node's workers"
+    )
+
+
+@pytest.mark.parametrize("paused", [0.0, 30.0, 59.9])
+def test_a_short_pause_is_no_alarm(paused: float) -> None:
+    event = StoreQuiet(stuck=0.0, silent=paused + 1.0, now=2000.0, paused=paused)
+    assert decide(WATCHED, TRAINING, event) == (TRAINING, ())

@@ -99,6 +99,10 @@ def watch_store(
 ) -> None:
     """The watchdog thread's loop: one look at the store connection every second."""
     store = protocol.store
+    last = time.monotonic()
     while not closing.wait(timing.WATCHDOG_EVERY):
         now = time.monotonic()
-        post(StoreQuiet(stuck=store.in_flight(now), silent=now - store.last_ok, now=time.time()))
+        paused = max(now - last - timing.WATCHDOG_EVERY, 0.0)
+        last = now
+        stuck, silent = store.in_flight(now), now - store.last_ok
+        post(StoreQuiet(stuck=stuck, silent=silent, now=time.time(), paused=paused))

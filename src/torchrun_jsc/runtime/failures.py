@@ -11,6 +11,13 @@ from typing import Any, Optional
 from . import timing, workers
 from .report import FAILED, STOPPED, Record, error_file_message
 
+#: Ranks of a node that ended with the same code within this many seconds of the first ended
+#: the same way with it (one signal to all of them), not after it.
+ALIKE = 1.0
+#: How torch stops the other workers after a failure: a rank that died of these is never
+#: counted as ending the same way.
+TORCH_STOPS = (-int(signal.SIGTERM), -int(signal.SIGKILL))
+
 
 def stopped(hostname: str, node_rank: Optional[int], count: int) -> Record:
     """``count`` of this node's workers were stopped by torchrun_jsc."""
@@ -42,6 +49,15 @@ def from_result(hostname: str, node_rank: Optional[int], worker_group: Any, resu
         return now if stamp is None else min(now, float(stamp) + 1)
 
     rank, failure = min(mine.items(), key=when)
+    first = when((rank, failure))
+    alike = sum(
+        1
+        for item in mine.items()
+        if item[0] != rank
+        and item[1].exitcode == failure.exitcode
+        and failure.exitcode not in TORCH_STOPS
+        and abs(when(item) - first) <= ALIKE
+    )
     data = getattr(failure, "error_file_data", None)
     wrote = bool(failure.error_file) and os.path.isfile(failure.error_file)
     message = error_file_message(data) if wrote and isinstance(data, dict) else ""
@@ -50,13 +66,14 @@ def from_result(hostname: str, node_rank: Optional[int], worker_group: Any, resu
         kind=FAILED,
         hostname=hostname,
         node_rank=node_rank,
-        time=when((rank, failure)),
+        time=first,
         rank=int(rank),
         local_rank=failure.local_rank,
         exitcode=failure.exitcode,
         message=message,
         oom=oom,
         ranks_ended=ended,
+        alike=alike,
     )
 
 

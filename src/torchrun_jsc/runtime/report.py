@@ -42,6 +42,9 @@ class Record(NamedTuple):
     ranks_ended: int = 0
     #: For LOST: what was lost ("the rendezvous host node0i:29500", or empty for a node).
     what: str = ""
+    #: For FAILED: how many other ranks of this node ended the same way with it (a signal that
+    #: killed them all at once): not "stopped after it".
+    alike: int = 0
 
     def to_json(self) -> str:
         """The record as one JSON object."""
@@ -110,6 +113,8 @@ def describe(record: Record) -> str:
     if record.local_rank is not None:
         who += f" (local rank {record.local_rank})"
     text = f"{where}: {who} {how_it_ended(record.exitcode, record.oom)} at {clock(record.time)}"
+    if record.alike:
+        text += f", {record.alike} more rank{'s' if record.alike != 1 else ''} the same way"
     if record.message:
         text += f": {record.message}"
     return text
@@ -121,7 +126,8 @@ def report_line(records: Sequence[Record]) -> Optional[str]:
     root = first_failure(records)
     if root is None:
         return None
-    followed = max(sum(r.ranks_ended for r in records) - (1 if root.kind == FAILED else 0), 0)
+    own = 1 + root.alike if root.kind == FAILED else 0
+    followed = max(sum(r.ranks_ended for r in records) - own, 0)
     tail = f"; {followed} rank{'s' if followed != 1 else ''} stopped after it" if followed else ""
     return f"torchrun_jsc: first failure: {describe(root)}{tail}"
 

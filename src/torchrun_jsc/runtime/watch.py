@@ -117,11 +117,14 @@ class ToldToStop(NamedTuple):
 
 class StoreQuiet(NamedTuple):
     """The watchdog's look at the store connection: the operation in flight has run for
-    ``stuck`` seconds, the last one that succeeded ended ``silent`` seconds ago."""
+    ``stuck`` seconds, the last one that succeeded ended ``silent`` seconds ago; ``paused``:
+    how much longer than its period the watchdog's last look is ago (this node's processes
+    were stopped, e.g. frozen, when that reaches the peer timeout)."""
 
     stuck: float
     silent: float
     now: float
+    paused: float = 0.0
 
 
 class MonitorLooks(NamedTuple):
@@ -292,6 +295,8 @@ def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
 
 def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
     timeout = config.peer_timeout
+    if event.paused >= timeout:
+        return _resumed(config, state, event)
     if not heartbeats.host_lost(event.stuck, event.silent, timeout, state.succeeded):
         return state, ()
     record = Record(
@@ -304,6 +309,24 @@ def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
     line = (
         f"torchrun_jsc: the rendezvous host {config.endpoint} has not answered for"
         f" {event.silent:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT={timeout:g})"
+    )
+    return _end_job(state, line, "stopping this node's workers", (Publish(record, local=True),))
+
+
+def _resumed(config: Config, state: State, event: StoreQuiet) -> Decision:
+    """This node did not run for the peer timeout (frozen, suspended): the others have stopped
+    the job or gone on without it; whatever its store connection says now, that is why."""
+    record = Record(
+        kind=LOST,
+        hostname=config.hostname,
+        node_rank=config.node_rank,
+        time=event.now - event.paused,
+        what=f"this node, {node_name(config.hostname, config.node_rank)},",
+    )
+    line = (
+        f"torchrun_jsc: this node did not run for {event.paused:.0f} s (frozen or suspended;"
+        f" TORCHRUN_JSC_PEER_TIMEOUT={config.peer_timeout:g}): the other nodes have stopped the"
+        " job or gone on without it"
     )
     return _end_job(state, line, "stopping this node's workers", (Publish(record, local=True),))
 
