@@ -39,10 +39,6 @@ class FakeStore:
     def _done(self) -> None:
         self.last_ok = time.monotonic()
 
-    def connect(self) -> None:
-        self._op("connect")
-        self._done()
-
     def in_flight(self, now: Optional[float] = None) -> float:
         return self.busy_for
 

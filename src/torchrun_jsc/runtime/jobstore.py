@@ -1,4 +1,5 @@
-"""torchrun_jsc's own connection to the rendezvous store, and the keys it uses there.
+"""torchrun_jsc's own connection to the rendezvous store (the keys it uses there, and their
+values, are :mod:`torchrun_jsc.runtime.protocol`'s).
 
 The agent's own TCPStore client is torch's; sharing it would let a blocked torchrun_jsc
 operation block torch (the client serialises operations) and the other way round. So this is a
@@ -40,10 +41,6 @@ class JobStore:
                 timeout=timedelta(seconds=self.timeout),
             )
         return self._store
-
-    def connect(self) -> None:
-        """Make the client now (else the first operation makes it)."""
-        self._run("add", self.key("connected"), 0)
 
     def in_flight(self, now: Optional[float] = None) -> float:
         """Seconds the current operation has been running (0 when none)."""

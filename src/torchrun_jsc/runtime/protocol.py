@@ -13,6 +13,7 @@ Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
 | ``fail/n`` | how many record slots are taken |
 | ``fail/<i>`` | one node's record (JSON, :class:`~torchrun_jsc.runtime.report.Record`) |
 | ``fail/read`` | how many nodes have read the records |
+| ``connected`` | 0; the operation that makes the connection at the first round |
 
 A heartbeat counter counts up by 1 per beat. Adding :data:`_DONE_BASE` marks the member's
 workers done (it may then go quiet); overwriting it with :data:`_STOP_BASE` tells the member to
@@ -39,7 +40,6 @@ class Store(Protocol):
     #: monotonic time of the last operation that completed.
     last_ok: float
 
-    def connect(self) -> None: ...
     def in_flight(self, now: Optional[float] = None) -> float: ...
     def add(self, name: str, amount: int) -> int: ...
     def set(self, name: str, value: str) -> None: ...
@@ -81,6 +81,10 @@ class JobProtocol:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    def connect(self) -> None:
+        """Make the store connection now (else its first operation makes it)."""
+        self.store.add("connected", 0)
 
     # ------------------------------------------------------------------ heartbeats
 

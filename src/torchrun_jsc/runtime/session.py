@@ -268,7 +268,7 @@ class Session:
         # 1.13 agent crash during the workers' start (CHANGELOG, known problems) was seen
         # both before and after this; its cause is not known.
         with contextlib.suppress(Exception):
-            protocol.store.connect()
+            protocol.connect()
         self.beats = Heartbeats(
             protocol,
             self.config.peer_timeout,
