@@ -298,8 +298,8 @@ def test_nproc_per_node_gpu_without_a_cuda_device_is_one_line(tmp_path: Path) ->
     explained = run(
         ["--standalone", "--nproc_per_node=gpu", str(script)], {"TORCHRUN_JSC_EXPLAIN": "text"}
     )
-    assert explained.returncode == 1, "a predicted failure (README: explain exits 1)"
-    assert f"  WILL FAIL: {words}" in explained.stdout and "verdict: fail" in explained.stdout
+    assert explained.returncode == 2, "a plan error (explain: verdict error, exit code 2)"
+    assert f"error: {words}" in explained.stdout and "verdict: error" in explained.stdout
 
 
 def _ipv6_loopback_port() -> int:

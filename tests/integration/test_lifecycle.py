@@ -64,8 +64,8 @@ def alive(pid: int) -> bool:
 
 
 def children(pid: int, watcher: bool = False) -> List[int]:
-    """The agent's workers (its children but the orphan watcher), or with ``watcher`` only the
-    watcher."""
+    """The agent's workers (its children but the orphan watcher and the signal probe), or with
+    ``watcher`` only the watcher."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -75,7 +75,9 @@ def children(pid: int, watcher: bool = False) -> List[int]:
             except OSError:
                 continue
             parent = int(stat.rsplit(")", 1)[1].split()[1])
-            if parent == pid and (b"runtime/orphans.py" in cmdline) == watcher:
+            if parent != pid or b"runtime/signal_probe.py" in cmdline:  # no worker, no watcher
+                continue
+            if (b"runtime/orphans.py" in cmdline) == watcher:
                 found.append(int(entry.name))
     return found
 
