@@ -2,116 +2,35 @@
 
 :func:`Settings.from_env` reads a mapping (never ``os.environ`` implicitly) and raises
 :class:`~torchrun_jsc.errors.ConfigError` with a one-line message for any bad value or unknown
-``TORCHRUN_JSC_*`` name. A blank value counts as unset.
+``TORCHRUN_JSC_*`` name. A blank value counts as unset. The parsers of the values and their
+bounds live in :mod:`torchrun_jsc.settings_values`.
 """
 
 from __future__ import annotations
 
-import math
 import signal
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from . import envvars
 from .errors import ConfigError
 from .patches.wait_for_host import SAY_EVERY
+from .settings_values import (
+    FORWARDABLE,
+    MAX_NODE_RANK,
+    MAX_SECONDS,
+    MIN_PEER_TIMEOUT,
+    SWITCH,
+    choice,
+    explain_format,
+    peer_seconds,
+    positive_seconds,
+    rank,
+    seconds,
+    signal_names,
+    suffix,
+    switch,
+)
 from .torch_defaults import JOIN_TIMEOUT, READ_TIMEOUT, TERM_GRACE
-
-#: Largest node rank accepted anywhere (far above any machine's node count).
-MAX_NODE_RANK = 1_000_000
-#: Longest wait any setting may ask for, in seconds (one day).
-MAX_SECONDS = 86_400.0
-
-#: Signals the agent may forward to its workers and go on (TORCHRUN_JSC_FORWARD_SIGNALS).
-FORWARDABLE = ("SIGUSR1", "SIGUSR2")
-
-_TRUE = frozenset({"true", "yes", "on"})
-_FALSE = frozenset({"false", "no", "off"})
-SWITCH = "0 or 1 (as the original torchrun_jsc: any integer, 0 is off), true/false, yes/no, on/off"
-
-
-def switch(text: str) -> bool:
-    """A switch as the original torchrun_jsc read it (``bool(int(value))``), plus words."""
-    low = text.strip().lower()
-    if low in _TRUE:
-        return True
-    if low in _FALSE:
-        return False
-    return bool(int(low))
-
-
-def rank(text: str) -> int:
-    """An integer in 0..MAX_NODE_RANK (ASCII digits)."""
-    if not text.isascii() or not text.isdigit() or int(text) > MAX_NODE_RANK:
-        raise ValueError(text)
-    return int(text)
-
-
-def seconds(text: str, low: float = 0.0, open_low: bool = False) -> float:
-    """A finite number of seconds in [low, MAX_SECONDS] (or (low, ...] with ``open_low``)."""
-    if not text.isascii():
-        raise ValueError(text)
-    number = float(text)
-    if not math.isfinite(number) or number > MAX_SECONDS or number < low:
-        raise ValueError(text)
-    if open_low and number == low:
-        raise ValueError(text)
-    return number
-
-
-def _positive_seconds(text: str) -> float:
-    return seconds(text, open_low=True)
-
-
-def _peer_timeout(text: str) -> float:
-    number = seconds(text)
-    if 0 < number < MIN_PEER_TIMEOUT:
-        raise ValueError(text)
-    return number
-
-
-def _signals(text: str) -> Tuple[str, ...]:
-    if text.lower() == "none":
-        return ()
-    names = []
-    for item in text.split(","):
-        name = item.strip().upper()
-        name = name if name.startswith("SIG") else "SIG" + name
-        if name not in FORWARDABLE:
-            raise ValueError(text)
-        if name not in names:
-            names.append(name)
-    return tuple(names)
-
-
-#: Peer timeouts below this are refused: a busy node must never be declared lost.
-MIN_PEER_TIMEOUT = 10.0
-
-
-def _suffix(text: str) -> str:
-    if text == "none":
-        return ""
-    ok = all((c.isascii() and c.isalnum()) or c in ".-" for c in text)
-    if not ok or len(text) > 63 or ".." in text:
-        raise ValueError(text)
-    return text
-
-
-def explain_format(text: str) -> str:
-    """``TORCHRUN_JSC_EXPLAIN``'s format: ``text`` or ``json``; ``1`` is ``text``."""
-    if text == "1":
-        return "text"
-    if text not in ("text", "json"):
-        raise ValueError(text)
-    return text
-
-
-def _choice(*options: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in options:
-            raise ValueError(text)
-        return text
-
-    return parse
 
 
 class Variable(NamedTuple):
@@ -272,7 +191,7 @@ VARIABLES: Tuple[Variable, ...] = (
     Variable(
         "TORCHRUN_JSC_HOST_SUFFIX",
         "host_suffix",
-        _suffix,
+        suffix,
         None,
         "'i' on JUWELS, JUWELS Booster, JURECA(-DC), JUSUF; else none",
         "letters, digits, '.', '-' (at most 63, no '..'), or 'none'",
@@ -282,7 +201,7 @@ VARIABLES: Tuple[Variable, ...] = (
     Variable(
         "TORCHRUN_JSC_GUARDS",
         "guards",
-        _choice("stop", "warn"),
+        choice("stop", "warn"),
         "stop",
         "stop",
         "'stop' or 'warn'",
@@ -313,7 +232,7 @@ VARIABLES: Tuple[Variable, ...] = (
     Variable(
         "TORCHRUN_JSC_PREFLIGHT_TIMEOUT",
         "preflight_timeout",
-        _positive_seconds,
+        positive_seconds,
         20.0,
         "20",
         f"seconds in (0, {MAX_SECONDS:g}]",
@@ -323,7 +242,7 @@ VARIABLES: Tuple[Variable, ...] = (
     Variable(
         "TORCHRUN_JSC_PEER_TIMEOUT",
         "peer_timeout",
-        _peer_timeout,
+        peer_seconds,
         60.0,
         "60",
         f"0 (off) or seconds in {MIN_PEER_TIMEOUT:g}..{MAX_SECONDS:g}",
@@ -359,7 +278,7 @@ VARIABLES: Tuple[Variable, ...] = (
     Variable(
         "TORCHRUN_JSC_FORWARD_SIGNALS",
         "forward_signals",
-        _signals,
+        signal_names,
         FORWARDABLE,
         "USR1,USR2",
         "a comma-separated list of USR1, USR2, or 'none'",
@@ -422,7 +341,7 @@ VARIABLES: Tuple[Variable, ...] = (
     Variable(
         "TORCHRUN_JSC_RANK_ORDER",
         "rank_order",
-        _choice("node", "torch"),
+        choice("node", "torch"),
         None,
         "node, when this node has a node rank; else torch",
         "'node' or 'torch'",

@@ -1,0 +1,42 @@
+"""Sessions of the job watch on the fake store, and the records and lines their tests compare
+(test_session_*.py)."""
+
+from __future__ import annotations
+
+import calendar
+from typing import Any, List
+
+import pytest
+
+from torchrun_jsc.runtime.protocol import JobProtocol
+from torchrun_jsc.runtime.report import Record
+from torchrun_jsc.runtime.session import Node, Session
+
+from .fakestore import FakeStore
+
+NOON = calendar.timegm((2026, 11, 30, 12, 0, 0))
+
+
+def rec(kind: str, host: str, t: float, **kw: Any) -> Record:
+    """A record of ``kind`` by ``host``, ``t`` seconds after :data:`NOON`."""
+    return Record(kind=kind, hostname=host, time=NOON + t, **kw)
+
+
+def new_session(node_rank: int = 0, peer_timeout: float = 0.0, **node: Any) -> Session:
+    """The session of node ``node_rank`` (hostname ``node<rank>``), the failure report on."""
+    session = Session(node=Node(hostname=f"node{node_rank}", node_rank=node_rank, **node))
+    session.configure(session.node, peer_timeout=peer_timeout, report=True)  # type: ignore[arg-type]
+    return session
+
+
+def with_store(session: Session) -> FakeStore:
+    """Connect ``session`` to a new fake store, and return the store."""
+    store = FakeStore()
+    session.protocol = JobProtocol(store)
+    session.ledger.protocol = session.protocol
+    return store
+
+
+def err_lines(capsys: pytest.CaptureFixture[str]) -> List[str]:
+    """The non-blank lines written to stderr so far."""
+    return [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]

@@ -1,0 +1,224 @@
+"""The job watch's session at the process's end (its exit code, the watch's threads stopped,
+store calls in flight) and the threads' own loops on the fake store."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, List, Tuple
+
+import pytest
+
+from tests.unit.fakestore import FakeStore
+from torchrun_jsc.runtime import timing
+from torchrun_jsc.runtime.beating import Heartbeats, Round
+from torchrun_jsc.runtime.heartbeats import Tracker
+from torchrun_jsc.runtime.protocol import JobProtocol
+from torchrun_jsc.runtime.report import FAILED, LOST
+from torchrun_jsc.runtime.session import Session
+from torchrun_jsc.runtime.watch import Phase, State, WorkersEnded
+
+from .sessions import err_lines, new_session, rec, with_store
+
+# --------------------------------------------------------------------------- the process's end
+
+
+def test_the_end_of_the_process_stops_the_watch_threads() -> None:
+    session = Session()
+    beats: List[int] = []
+
+    def beat() -> None:
+        while not session.closing.wait(0.01):
+            beats.append(1)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    session.threads.append(thread)
+    thread.start()
+    session.at_exit()
+    assert session.closing.is_set() and not thread.is_alive()
+
+
+def test_the_end_of_the_process_waits_for_store_calls_in_flight() -> None:
+    from torchrun_jsc.runtime.bounded import bounded
+
+    left = threading.Event()
+
+    def call() -> None:
+        time.sleep(0.3)
+        left.set()
+
+    assert bounded(call, 0.01) is None  # gave up waiting; the call goes on
+    Session().at_exit()
+    assert left.is_set()
+
+
+def _done_session(
+    monkeypatch: pytest.MonkeyPatch, is_host: bool = False
+) -> Tuple[Session, JobProtocol, List[int]]:
+    """A node whose workers have finished, with a store, its last line and its end caught."""
+    monkeypatch.setattr(timing, "SETTLE", 0.0)
+    monkeypatch.setattr(timing, "LINGER", 0.0)
+    exits: List[int] = []
+    monkeypatch.setattr("os._exit", exits.append)
+    session = new_session(peer_timeout=10.0, is_host=is_host, endpoint="node0i:29500")
+    with_store(session)
+    session.me, session.members = "a", ["a", "b", "c"]
+    session.state = State(Phase.FINISHED, succeeded=True)
+    assert session.protocol is not None
+    return session, session.protocol, exits
+
+
+def _wait_for(exits: List[int]) -> None:
+    deadline = time.monotonic() + 5
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+FAILURE = rec(FAILED, "node1", 0, node_rank=1, rank=1, local_rank=0, exitcode=3, ranks_ended=1)
+
+
+def test_a_node_whose_workers_finished_ends_with_0_when_another_fails(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, it ignored the stop and waited in torch's exit barrier (300 s), printing
+    nothing: the others' failure was never named on it."""
+    session, protocol, exits = _done_session(monkeypatch)
+    protocol.write_record(FAILURE)
+    protocol.tell_stop(FAILURE, ["a"])
+    session._told_to_stop()
+    _wait_for(exits)
+    assert exits == [0]
+    lines = err_lines(capsys)
+    assert lines[0].startswith("torchrun_jsc: node1 (node rank 1): rank 1 (local rank 0) exited")
+    assert lines[0].endswith("not waiting in torch's exit barrier")
+    assert lines[-1].startswith("torchrun_jsc: first failure: node1 (node rank 1): rank 1")
+    assert len(lines) == 2
+
+
+def test_a_stop_written_before_the_workers_finished_is_not_overwritten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The failing node told everyone to stop just before this node's workers succeeded:
+    marking itself done keeps the stop value (before, a set overwrote it, and the node waited
+    in the exit barrier)."""
+    session, protocol, exits = _done_session(monkeypatch)
+    session.state = State(Phase.TRAINING)
+    protocol.tell_stop(FAILURE, ["a"])
+    session.post(WorkersEnded(succeeded=True, final=True))
+    _wait_for(exits)
+    assert protocol.beats(["a"])["a"].stop and exits == [0]  # type: ignore[union-attr]
+    calm, calm_protocol, calm_exits = _done_session(monkeypatch)
+    calm.state = State(Phase.TRAINING)
+    calm_protocol.beat("a")  # no stop: marked done, the node goes on to torch's barrier
+    calm.post(WorkersEnded(succeeded=True, final=True))
+    time.sleep(0.2)
+    beat = calm_protocol.beats(["a"])["a"]
+    assert beat is not None and beat.done and beat.beats == 1 and calm_exits == []
+
+
+def test_a_host_whose_workers_finished_still_names_a_lost_node(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The store host's workers are done; node1 stops beating: it is declared lost, everyone is
+    told, and the host ends with 0 (its own workers succeeded) instead of waiting 300 s."""
+    session, protocol, exits = _done_session(monkeypatch, is_host=True)
+    beats = Heartbeats(
+        protocol, 10.0, session.post, session._told_to_stop, session._round, session.closing
+    )
+    session.beats = beats
+    earlier = time.monotonic() - 100.0
+    beats.tracker = Tracker(10.0)
+    beats.tracker.members(["a", "b", "c"], earlier)
+    beats._known = ["a", "b", "c"]
+    protocol.watch(["a", "b", "c"])
+    beats.tracker.observe(protocol.beats(["a", "b", "c"]), earlier)  # all heard from, 100 s ago
+    protocol.introduce("b", "node1", 1)
+    protocol.beat("a")  # a (this node) beats on; b has been quiet for 100 s
+    protocol.mark_done("c")  # c's workers are done (not lost)
+    beats._scan(Round("a", ["a", "b", "c"], serving=True, restarts_left=False))
+    _wait_for(exits)
+    assert exits == [0]
+    told = protocol.beats(["b", "c"])
+    assert all(beat is not None and beat.stop for beat in told.values())
+    stop = protocol.stop_cause()
+    assert stop is not None and stop.kind == LOST and stop.hostname == "node1"
+    err = capsys.readouterr().err
+    assert "torchrun_jsc: node1 (node rank 1) has not been heard from for 100 s" in err
+    assert "not waiting in torch's exit barrier" in err
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_a_finished_node_looks_for_a_failure_at_its_end(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stopped: bool
+) -> None:
+    """torch < 2.1 lets the barrier pass once the failed node reaches it too, often before this
+    node's next heartbeat: its end looks at the stop key once, so it names the failure too."""
+    session, protocol, exits = _done_session(monkeypatch)
+    protocol.write_record(FAILURE)
+    if stopped:
+        protocol.tell_stop(FAILURE, [])
+    session.at_exit()
+    lines = err_lines(capsys)
+    expected = ["first failure: node1 (node rank 1): rank 1"] if stopped else []
+    assert [ln[len("torchrun_jsc: ") :][:42] for ln in lines] == expected
+    assert exits == []
+
+
+def test_every_action_has_its_owner() -> None:
+    """Each action :func:`~torchrun_jsc.runtime.watch.decide` can return is carried out by a
+    handler of the session (the monitor's answer is read in torch's thread instead)."""
+    from typing import get_args
+
+    from torchrun_jsc.runtime import watch
+
+    for action in get_args(watch.Action):
+        if action is not watch.Answer:
+            assert callable(getattr(Session, f"_do_{action.__name__}", None)), action
+
+
+def test_the_heartbeat_loop_survives_a_refusing_store_and_reports_a_stop() -> None:
+    """A store that refuses is the watchdog's business: the loop goes on beating, and once the
+    store answers with a stop it says so (once per beat until the watch has ended)."""
+    store = FakeStore()
+    protocol = JobProtocol(store)
+    closing = threading.Event()
+    told: List[int] = []
+    beats = Heartbeats(
+        protocol,
+        0.4,  # a beat every 0.1 s
+        lambda event: None,
+        lambda: told.append(1),
+        lambda: Round("a", ["a"], serving=False, restarts_left=False),
+        closing,
+    )
+    store.refuse = True
+    thread = threading.Thread(target=beats.run, daemon=True)
+    thread.start()
+    time.sleep(0.35)
+    assert thread.is_alive() and told == []
+    store.refuse = False
+    protocol.tell_stop(FAILURE, ["a"])
+    deadline = time.monotonic() + 5
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.02)
+    closing.set()
+    thread.join(2)
+    assert told and not thread.is_alive()
+
+
+def test_the_watchdog_reports_a_hanging_store() -> None:
+    from torchrun_jsc.runtime.beating import watch_store
+    from torchrun_jsc.runtime.watch import StoreQuiet
+
+    store = FakeStore()
+    store.busy_for = 42.0
+    closing = threading.Event()
+    seen: List[Any] = []
+
+    def post(event: Any) -> None:
+        seen.append(event)
+        closing.set()
+
+    watch_store(JobProtocol(store), post, closing)
+    [event] = seen
+    assert isinstance(event, StoreQuiet) and event.stuck == 42.0 and event.silent >= 0.0

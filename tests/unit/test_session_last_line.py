@@ -1,0 +1,144 @@
+"""The job watch's session and the last line: one caller prints it, the others wait for it; the
+records it is made of, read and published through the fake store."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, List
+
+import pytest
+
+from tests.unit.fakestore import FakeStore
+from torchrun_jsc.runtime import report, timing, workers
+from torchrun_jsc.runtime.ledger import Ledger
+from torchrun_jsc.runtime.protocol import JobProtocol
+from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
+from torchrun_jsc.runtime.session import Session
+from torchrun_jsc.runtime.watch import Phase, State
+
+from .sessions import err_lines, new_session, rec, with_store
+
+# --------------------------------------------------------------------------- the last line
+
+
+def _failed_session(node_rank: int = 0) -> Session:
+    session = new_session(node_rank=node_rank)
+    session.state = State(Phase.STOPPING, failed=True)
+    session.ledger.records.append(
+        rec(FAILED, "node2", 0, node_rank=2, rank=2, local_rank=0, exitcode=3, ranks_ended=1)
+    )
+    return session
+
+
+def test_a_second_caller_waits_for_the_last_line_instead_of_cutting_it_off(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stopping thread and the process's end both try to print the last line: whichever
+    comes second returns only once the line is out (before, it returned at once and the
+    stopping thread ended the process while the host was still reading the records)."""
+    session = _failed_session()
+    read = threading.Event()
+
+    def slow_read(*args: Any) -> List[Record]:
+        read.set()
+        time.sleep(0.5)
+        return list(session.ledger.records)
+
+    with_store(session)
+    monkeypatch.setattr(session.ledger, "read_all", slow_read)
+    printer = threading.Thread(target=session.print_last_line)
+    printer.start()
+    assert read.wait(5)
+    session.print_last_line()
+    lines = err_lines(capsys)
+    assert len(lines) == 1 and lines[0].startswith("torchrun_jsc: first failure: node2")
+    printer.join(5)
+    assert err_lines(capsys) == []
+
+
+@pytest.mark.parametrize("exiting", [False, True])
+def test_the_stopping_thread_ends_the_process_only_if_the_agent_does_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exiting: bool
+) -> None:
+    session = _failed_session()
+    monkeypatch.setattr(session.ledger, "read_all", lambda *a: [])
+    if exiting:  # the process's end began, and printed the line
+        session.state = session.state._replace(exiting=True)
+        session.print_last_line()
+        capsys.readouterr()
+    exits: List[int] = []
+    monkeypatch.setattr(timing, "EXIT_GRACE", 0.0)
+    monkeypatch.setattr(workers, "stop_all", lambda grace: 0)
+    monkeypatch.setattr("os._exit", exits.append)
+    session._end_workers()
+    assert exits == ([] if exiting else [1])
+    printed = "first failure: node2" in capsys.readouterr().err
+    assert printed is not exiting
+
+
+@pytest.mark.parametrize("busy_for, found", [(0.0, 2), (0.3, 2), (30.0, 0)])
+def test_reading_the_records_gives_up_only_on_a_hanging_operation(
+    busy_for: float, found: int
+) -> None:
+    """Another thread's heartbeat in flight is no reason to skip the other nodes' records (the
+    report then lacked the count of ranks stopped after the failure); one stuck for long is."""
+    store = FakeStore()
+    protocol = JobProtocol(store)
+    protocol.write_record(rec(FAILED, "node2", 0, node_rank=2, rank=2, exitcode=3, ranks_ended=1))
+    protocol.write_record(rec(STOPPED, "node1", 1, node_rank=1, ranks_ended=1))
+    store.busy_for = busy_for
+    ledger = Ledger(report=True, protocol=protocol)
+    assert len(ledger.read_all(["a", "b"], serving=False, settle=0.0)) == found
+
+
+@pytest.mark.parametrize("lost, waits", [([], True), (["c"], False)])
+def test_the_store_host_waits_for_readers_but_not_for_a_lost_node(
+    monkeypatch: pytest.MonkeyPatch, lost: List[str], waits: bool
+) -> None:
+    """At a failure the node serving the store lingers until every member has read the records;
+    a node it declared lost never will, so it is not waited for (the job ended LINGER later)."""
+    monkeypatch.setattr(timing, "LINGER", 1.0)
+    protocol = JobProtocol(FakeStore())
+    for name in ("node0", "node1", "node2"):
+        protocol.write_record(rec(STOPPED, name, 1, ranks_ended=1))
+    protocol.mark_read()  # node1 has read them
+    ledger = Ledger(report=True, protocol=protocol)
+    ledger.unread.extend(lost)
+    started = time.monotonic()
+    assert len(ledger.read_all(["a", "b", "c"], serving=True, settle=0.0)) == 3
+    took = time.monotonic() - started
+    assert (took >= 0.9) if waits else (took < 0.5), took
+
+
+@pytest.mark.parametrize(
+    "first, second, kept",
+    [
+        (STOPPED, STOPPED, STOPPED),  # the stopping thread and torch's monitor both saw the stop
+        (STOPPED, FAILED, FAILED),  # a worker of its own had failed: that is the node's record
+        (FAILED, STOPPED, FAILED),
+    ],
+)
+def test_a_node_publishes_one_record(first: str, second: str, kept: str) -> None:
+    """Before, the stopping thread and the monitor could each publish the same ended workers,
+    and the report counted them twice ("5 ranks stopped after it" for 3)."""
+    protocol = JobProtocol(FakeStore())
+    ledger = Ledger(report=True, protocol=protocol)
+    for kind in (first, second):
+        ledger.publish_own(rec(kind, "node1", 0, node_rank=1, ranks_ended=1))
+    assert [r.kind for r in ledger.records] == [kept]
+    assert protocol.record_count() == 1
+    [stored] = protocol.records(1)
+    assert stored.kind == kept
+    line = report.report_line(
+        [rec(FAILED, "node2", -1, node_rank=2, rank=2, exitcode=3, ranks_ended=1), stored]
+    )
+    assert line is not None and line.endswith("; 1 rank stopped after it")
+
+
+def test_the_report_off_writes_nothing_to_the_store() -> None:
+    protocol = JobProtocol(FakeStore())
+    ledger = Ledger(report=False, protocol=protocol)
+    ledger.publish(rec(LOST, "node3", 0))
+    ledger.publish_own(rec(STOPPED, "node1", 0, ranks_ended=1))
+    assert protocol.record_count() == 0 and len(ledger.records) == 2
