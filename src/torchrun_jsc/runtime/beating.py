@@ -55,11 +55,23 @@ class Heartbeats:
                 if current.serving:
                     self._scan(current)
             except Exception:  # a store that went away: the watchdog decides
-                self.closing.wait(interval)
+                self._wait(interval)
                 continue
             if beat.stop and not self.closing.is_set():
                 self.told_to_stop()
-            self.closing.wait(interval)
+            self._wait(interval)
+
+    def _wait(self, interval: float) -> None:
+        """Wait for the next beat; a wait that took the peer timeout longer than asked means
+        that this node did not run (its processes were stopped): that is posted first, before
+        any news the next beat brings. (Only the wait counts: a store operation that takes
+        long is the watchdog's business.)"""
+        started = time.monotonic()
+        if self.closing.wait(interval):
+            return
+        paused = time.monotonic() - started - interval
+        if paused >= self.timeout:
+            self.post(paused_for(self.protocol, paused))
 
     def _scan(self, current: Round) -> None:
         members = list(current.members)
@@ -94,15 +106,22 @@ class Heartbeats:
         self.tracker.members(keep, time.monotonic())
 
 
+def paused_for(protocol: JobProtocol, paused: float) -> StoreQuiet:
+    """A look at the store connection by a thread that finds it did not run for ``paused``
+    seconds (the watch decides what that means)."""
+    store, now = protocol.store, time.monotonic()
+    return StoreQuiet(
+        stuck=store.in_flight(now), silent=now - store.last_ok, now=time.time(), paused=paused
+    )
+
+
 def watch_store(
     protocol: JobProtocol, post: Callable[[Event], None], closing: threading.Event
 ) -> None:
     """The watchdog thread's loop: one look at the store connection every second."""
-    store = protocol.store
     last = time.monotonic()
     while not closing.wait(timing.WATCHDOG_EVERY):
         now = time.monotonic()
         paused = max(now - last - timing.WATCHDOG_EVERY, 0.0)
         last = now
-        stuck, silent = store.in_flight(now), now - store.last_ok
-        post(StoreQuiet(stuck=stuck, silent=silent, now=time.time(), paused=paused))
+        post(paused_for(protocol, paused))
