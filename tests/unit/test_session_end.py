@@ -10,7 +10,7 @@ from typing import Any, List, Tuple
 import pytest
 
 from tests.unit.fakestore import FakeStore
-from torchrun_jsc.runtime import timing
+from torchrun_jsc.runtime import timing, workers
 from torchrun_jsc.runtime.beating import Heartbeats, Round
 from torchrun_jsc.runtime.heartbeats import Tracker
 from torchrun_jsc.runtime.protocol import JobProtocol
@@ -207,7 +207,7 @@ def test_the_heartbeat_loop_survives_a_refusing_store_and_reports_a_stop() -> No
 
 
 def test_the_watchdog_reports_a_hanging_store() -> None:
-    from torchrun_jsc.runtime.beating import watch_store
+    from torchrun_jsc.runtime.beating import Watchdog
     from torchrun_jsc.runtime.watch import StoreQuiet
 
     store = FakeStore()
@@ -219,7 +219,7 @@ def test_the_watchdog_reports_a_hanging_store() -> None:
         seen.append(event)
         closing.set()
 
-    watch_store(JobProtocol(store), post, closing)
+    Watchdog(JobProtocol(store), post, closing).run()
     [event] = seen
     assert isinstance(event, StoreQuiet) and event.stuck == 42.0 and event.silent >= 0.0
 
@@ -272,3 +272,25 @@ def test_a_long_store_operation_is_no_pause(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(closing, "wait", lambda seconds: False)
     beats._wait(2.5)
     assert posted == []
+
+
+def test_the_end_of_a_thawed_agent_says_it_did_not_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch's main thread may end the agent (its store connection broken) before either
+    watch thread has looked again after the thaw: the end itself notices the pause."""
+    from torchrun_jsc.runtime.beating import Watchdog
+
+    session = new_session(peer_timeout=10.0)
+    with_store(session)
+    session.state = State(Phase.TRAINING)
+    assert session.protocol is not None
+    session.watchdog = Watchdog(session.protocol, session.post, session.closing)
+    session.watchdog.last -= 95.0  # its last look, before the freeze
+    monkeypatch.setattr("os._exit", lambda code: None)
+    monkeypatch.setattr(workers, "stop_all", lambda grace: 0)
+    session.at_exit()
+    assert session.state.phase == Phase.STOPPING and session.state.exiting
+    lines = err_lines(capsys)
+    assert lines[0].startswith("torchrun_jsc: this node did not run for 94 s"), lines
+    assert lines[-1].startswith("torchrun_jsc: first failure: this node, node0 (node rank 0),")

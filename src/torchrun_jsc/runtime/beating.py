@@ -115,13 +115,26 @@ def paused_for(protocol: JobProtocol, paused: float) -> StoreQuiet:
     )
 
 
-def watch_store(
-    protocol: JobProtocol, post: Callable[[Event], None], closing: threading.Event
-) -> None:
-    """The watchdog thread's loop: one look at the store connection every second."""
-    last = time.monotonic()
-    while not closing.wait(timing.WATCHDOG_EVERY):
-        now = time.monotonic()
-        paused = max(now - last - timing.WATCHDOG_EVERY, 0.0)
-        last = now
-        post(paused_for(protocol, paused))
+class Watchdog:
+    """The watchdog thread: one look at the store connection every second, and when the last
+    look was (for the process's end, which may come before the thread's next look after a
+    freeze)."""
+
+    def __init__(
+        self, protocol: JobProtocol, post: Callable[[Event], None], closing: threading.Event
+    ) -> None:
+        self.protocol = protocol
+        self.post = post
+        self.closing = closing
+        self.last = time.monotonic()
+
+    def paused(self) -> float:
+        """How much longer ago than its period the last look was."""
+        return max(time.monotonic() - self.last - timing.WATCHDOG_EVERY, 0.0)
+
+    def run(self) -> None:
+        """The thread's loop, until the process ends."""
+        while not self.closing.wait(timing.WATCHDOG_EVERY):
+            paused = self.paused()
+            self.last = time.monotonic()
+            self.post(paused_for(self.protocol, paused))

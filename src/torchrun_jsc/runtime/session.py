@@ -43,7 +43,7 @@ from typing import Any, List, Optional, Tuple
 
 from ..torch_defaults import TERM_GRACE
 from . import failures, heartbeats, timing, watch, workers
-from .beating import Heartbeats, Round, watch_store
+from .beating import Heartbeats, Round, Watchdog, paused_for
 from .bounded import bounded, in_flight
 from .jobstore import JobStore
 from .ledger import LastLine, Ledger, say
@@ -63,6 +63,7 @@ class Session:
         self.ledger = Ledger(self.config.report)
         self.last_line = LastLine()
         self.beats: Optional[Heartbeats] = None
+        self.watchdog: Optional[Watchdog] = None
         self.agent: Any = None
         self.me = ""
         self.members: List[str] = []
@@ -269,6 +270,7 @@ class Session:
         # both before and after this; its cause is not known.
         with contextlib.suppress(Exception):
             protocol.connect()
+        self.watchdog = Watchdog(protocol, self.post, self.closing)
         self.beats = Heartbeats(
             protocol,
             self.config.peer_timeout,
@@ -279,7 +281,7 @@ class Session:
         )
         for target, name in (
             (self._beat, "trjsc-beat"),
-            (lambda: watch_store(protocol, self.post, self.closing), "trjsc-watchdog"),
+            (self.watchdog.run, "trjsc-watchdog"),
         ):
             thread = threading.Thread(target=target, daemon=True, name=name)
             self.threads.append(thread)
@@ -333,6 +335,13 @@ class Session:
         stop the job watch's threads before the interpreter ends (a thread inside a store call
         while the process tears down torch's objects can abort it)."""
         try:
+            watchdog, protocol = self.watchdog, self.protocol
+            if watchdog is not None and protocol is not None:
+                # thawed: torch's main thread may end the agent before either watch thread
+                # has looked again
+                paused = watchdog.paused()
+                if paused >= self.config.peer_timeout:
+                    self.post(paused_for(protocol, paused))
             self.post(watch.Exiting())
             self.print_last_line()
         finally:
