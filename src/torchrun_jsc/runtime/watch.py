@@ -299,34 +299,31 @@ def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
         return _resumed(config, state, event)
     if not heartbeats.host_lost(event.stuck, event.silent, timeout, state.succeeded):
         return state, ()
-    record = Record(
-        kind=LOST,
-        hostname=config.hostname,
-        node_rank=config.node_rank,
-        time=event.now - event.silent,
-        what=f"the rendezvous host {config.endpoint}",
-    )
     line = (
         f"torchrun_jsc: the rendezvous host {config.endpoint} has not answered for"
         f" {event.silent:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT={timeout:g})"
     )
-    return _end_job(state, line, "stopping this node's workers", (Publish(record, local=True),))
+    what = f"the rendezvous host {config.endpoint}"
+    return _lost_here(config, state, event.now - event.silent, what, line)
 
 
 def _resumed(config: Config, state: State, event: StoreQuiet) -> Decision:
     """This node did not run for the peer timeout (frozen, suspended): the others have stopped
     the job or gone on without it; whatever its store connection says now, that is why."""
-    record = Record(
-        kind=LOST,
-        hostname=config.hostname,
-        node_rank=config.node_rank,
-        time=event.now - event.paused,
-        what=f"this node, {node_name(config.hostname, config.node_rank)},",
-    )
     line = (
         f"torchrun_jsc: this node did not run for {event.paused:.0f} s (frozen or suspended;"
         f" TORCHRUN_JSC_PEER_TIMEOUT={config.peer_timeout:g}): the other nodes have stopped the"
         " job or gone on without it"
+    )
+    what = f"this node, {node_name(config.hostname, config.node_rank)},"
+    return _lost_here(config, state, event.now - event.paused, what, line)
+
+
+def _lost_here(config: Config, state: State, since: float, what: str, line: str) -> Decision:
+    """What this node lost (its host, or its own run) is kept as its record, not published
+    (the store may be gone), and ends the job here."""
+    record = Record(
+        kind=LOST, hostname=config.hostname, node_rank=config.node_rank, time=since, what=what
     )
     return _end_job(state, line, "stopping this node's workers", (Publish(record, local=True),))
 
