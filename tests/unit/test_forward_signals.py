@@ -19,6 +19,7 @@ from torchrun_jsc.runtime import signal_probe
 from torchrun_jsc.runtime.direct_signals import EARLIER, LATER, Receipt, decide, unpaired
 
 from .planning import plan
+from .procs import children
 
 USR1, USR2 = int(signal.SIGUSR1), int(signal.SIGUSR2)
 STEPD = Receipt(USR1, 100.0, 4242, "slurmstepd")
@@ -211,22 +212,9 @@ worker.wait()
 """
 
 
-def _children(pid: int) -> List[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rpartition(")")[2].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
 def _descendants(pid: int) -> List[int]:
     found = []
-    for child in _children(pid):
+    for child in children(pid):
         found += [child, *_descendants(child)]
     return found
 

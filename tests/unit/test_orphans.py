@@ -9,11 +9,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import pytest
 
 from torchrun_jsc.runtime import orphans, workers
+
+from .procs import children
 
 
 def test_watcher_reads_what_the_agent_wrote() -> None:
@@ -88,7 +90,7 @@ def test_workers_die_with_an_agent_killed_by_sigkill() -> None:
     )
     assert agent.stdout is not None and agent.stderr is not None
     worker = int(agent.stdout.readline())
-    watcher = [p for p in _children(agent.pid) if p != worker]
+    watcher = [p for p in children(agent.pid) if p != worker]
     assert len(watcher) == 1, "one watcher beside the worker"
     os.kill(agent.pid, signal.SIGKILL)
     agent.wait()
@@ -112,19 +114,6 @@ def test_watcher_ends_quietly_with_an_agent_whose_workers_are_done() -> None:
     out, err = agent.communicate("", timeout=30)  # the agent ends normally; so does the watcher
     assert agent.returncode == 0 and out.strip().isdigit()
     assert "torchrun_jsc" not in err, err
-
-
-def _children(pid: int) -> List[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def _alive(pid: int) -> bool:
