@@ -224,17 +224,14 @@ def test_the_watchdog_reports_a_hanging_store() -> None:
     assert isinstance(event, StoreQuiet) and event.stuck == 42.0 and event.silent >= 0.0
 
 
-def test_a_heartbeat_wait_that_took_the_peer_timeout_longer_says_this_node_did_not_run(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Thawed: the heartbeat thread may wake before the watchdog and find a stop; the pause is
-    posted first, so the node says why whichever thread wakes first."""
+def _wait_once(monkeypatch: pytest.MonkeyPatch, before: float, after: float) -> List[object]:
+    """One heartbeat wait of 2.5 s (peer timeout 10 s) that the clock sees from ``before`` to
+    ``after``; what it posted."""
     from torchrun_jsc.runtime import beating
-    from torchrun_jsc.runtime.watch import StoreQuiet
 
     protocol = JobProtocol(FakeStore())
-    clock = iter([0.0, 100.0])
-    monkeypatch.setattr(beating.time, "monotonic", lambda: next(clock, 100.0))
+    clock = iter([before, after])
+    monkeypatch.setattr(beating.time, "monotonic", lambda: next(clock, after))
     posted: List[object] = []
     closing = threading.Event()
     beats = Heartbeats(
@@ -247,31 +244,24 @@ def test_a_heartbeat_wait_that_took_the_peer_timeout_longer_says_this_node_did_n
     )
     monkeypatch.setattr(closing, "wait", lambda seconds: False)
     beats._wait(2.5)
-    [event] = posted
+    return posted
+
+
+def test_a_heartbeat_wait_that_took_the_peer_timeout_longer_says_this_node_did_not_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thawed: the heartbeat thread may wake before the watchdog and find a stop; the pause is
+    posted first, so the node says why whichever thread wakes first."""
+    from torchrun_jsc.runtime.watch import StoreQuiet
+
+    [event] = _wait_once(monkeypatch, 0.0, 100.0)
     assert isinstance(event, StoreQuiet) and event.paused == 100.0 - 2.5
 
 
 def test_a_long_store_operation_is_no_pause(monkeypatch: pytest.MonkeyPatch) -> None:
     """Before torch 2.1 a store operation on a frozen host returns after its timeout: that is
     the watchdog's (the host is lost), not a node that did not run."""
-    from torchrun_jsc.runtime import beating
-
-    protocol = JobProtocol(FakeStore())
-    clock = iter([50.0, 52.5])  # the wait itself took what it was asked
-    monkeypatch.setattr(beating.time, "monotonic", lambda: next(clock, 52.5))
-    posted: List[object] = []
-    closing = threading.Event()
-    beats = Heartbeats(
-        protocol,
-        10.0,
-        posted.append,
-        lambda: None,
-        lambda: Round("a", ["a"], serving=False, restarts_left=False),
-        closing,
-    )
-    monkeypatch.setattr(closing, "wait", lambda seconds: False)
-    beats._wait(2.5)
-    assert posted == []
+    assert _wait_once(monkeypatch, 50.0, 52.5) == []  # the wait itself took what it was asked
 
 
 def test_the_end_of_a_thawed_agent_says_it_did_not_run(
