@@ -9,6 +9,7 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 | SIGUSR1/SIGUSR2 reach each worker once | ``forward_signals`` | every launch (Linux) |
 | grace between SIGTERM and SIGKILL | ``term_grace`` | when ``TORCHRUN_JSC_TERM_GRACE`` is set |
 | lost nodes stop the job | ``peer_watch`` | multi-node c10d launches torchrun_jsc fixes |
+| going on without a lost node; spares | ``recovery`` | those, with ``--max_restarts`` > 0 |
 | the job's first failure, last line | ``failure_report`` | every launch |
 | a stop by a signal, one line | ``stop_signal`` | every launch (with the failure report) |
 | wait for a late rendezvous host | ``wait_for_host`` | nodes that do not host the store |
@@ -85,6 +86,7 @@ def plan_agent_side(
         side.decide("grace before SIGKILL", f"{settings.term_grace:g} s", "TORCHRUN_JSC_TERM_GRACE")
     node = _node(request, facts, is_host, fixing)
     _peer_watch(side, request, node, fixing)
+    _recovery(side, request, node, fixing)
     if settings.failure_report:
         scope = "the whole job" if fixing else "this node (no shared rendezvous store)"
         side.patch(params.FailureReport(node=node), f"the first failure of {scope}")
@@ -171,6 +173,36 @@ def _peer_watch(side: Collector, request: Request, node: Node, fixing: bool) -> 
     )
     side.decide(
         "lost nodes", f"after {timeout:g} s", f"heartbeats through the store; this node {role}"
+    )
+
+
+def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> None:
+    options = request.options
+    assert options is not None
+    restarts = options.max_restarts
+    if not (fixing and request.settings.peer_timeout > 0):
+        return  # no lost node is ever named: nothing to go on from
+    if not request.settings.recovery:
+        side.decide("after a lost node", "the job stops", "TORCHRUN_JSC_RECOVERY=0")
+        return
+    if restarts == 0:
+        side.decide("after a lost node", "the job stops", "--max_restarts=0")
+        return
+    low, high = options.min_nodes, options.max_nodes
+    side.patch(
+        params.Recovery(node=node, min_nodes=low, max_restarts=restarts),
+        f"up to {restarts} restarts without a lost node",
+    )
+    smaller = f", or on fewer nodes down to {low}" if low < high else ""
+    side.decide(
+        "after a lost node",
+        f"restart without it (up to {restarts} times)",
+        f"a spare takes its place{smaller}; the training script resumes from its checkpoint",
+    )
+    side.decide(
+        "spares",
+        f"agents beyond {high} nodes",
+        "they wait in the rendezvous, take a lost node's place, and end with the job",
     )
 
 

@@ -26,6 +26,7 @@ from .request import (
 from .settings import Settings
 from .versions import (
     Strategy,
+    TorchBug,
     TorchVersion,
     bugs_for,
     is_untested,
@@ -216,21 +217,32 @@ def _torch_bug_patches(
     draft: _Draft, version: TorchVersion, settings: Settings, facts: NodeFacts
 ) -> None:
     for bug in bugs_for(version, facts.python_version):
-        if bug.patch is None:
-            continue  # a variable torch reads: multi-node launches only (_torch_bug_variables)
-        if settings.fix_torch_bugs:
-            draft.patches.append(PatchSpec(bug.patch(), reason=bug.fixes))
-        else:
-            draft.warnings.append(f"{bug.left}; TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves it so")
+        if bug.patch is None or bug.multi_node_only:
+            continue  # multi-node launches only (_torch_bug_variables)
+        _bug_patch(draft, bug, settings)
+
+
+def _bug_patch(draft: _Draft, bug: TorchBug, settings: Settings) -> None:
+    assert bug.patch is not None
+    if settings.fix_torch_bugs:
+        draft.patches.append(PatchSpec(bug.patch(), reason=bug.fixes))
+    else:
+        draft.warnings.append(f"{bug.left}; TORCHRUN_JSC_FIX_TORCH_BUGS=0 leaves it so")
 
 
 def _torch_bug_variables(
     draft: _Draft, request: Request, version: TorchVersion, facts: NodeFacts
 ) -> None:
-    """Bugs worked around by a variable torch itself reads (torch 2.5's shared store)."""
+    """Bugs only multi-node launches meet: worked around by a variable torch itself reads
+    (its shared store), or by a patch (spares)."""
     for bug in bugs_for(version, facts.python_version):
-        if bug.env is None:
+        if bug.restarts_only and (request.options is None or request.options.max_restarts == 0):
             continue
+        if bug.patch is not None:
+            if bug.multi_node_only:
+                _bug_patch(draft, bug, request.settings)
+            continue
+        assert bug.env is not None
         name, value = bug.env
         if request.env(name):
             continue

@@ -321,6 +321,22 @@ VARIABLES: Tuple[Variable, ...] = (
         short="0, 1",
     ),
     Variable(
+        "TORCHRUN_JSC_RECOVERY",
+        "recovery",
+        switch,
+        True,
+        "1",
+        SWITCH,
+        (
+            "1: with `--max_restarts` > 0 and lost nodes watched, a lost node restarts the "
+            "job without it while restarts are left: a spare (an agent beyond `--nnodes`' "
+            "maximum, which waits) takes its place, or the job goes on smaller down to "
+            "`--nnodes`' minimum; the training script resumes from its checkpoint. 0: a lost "
+            "node stops the job (with `--nnodes=MIN:MAX`, torch re-forms it as before)."
+        ),
+        short="0, 1",
+    ),
+    Variable(
         "TORCHRUN_JSC_WAIT_FOR_HOST",
         "wait_for_host",
         switch,
@@ -399,6 +415,7 @@ class Settings(NamedTuple):
     forward_signals: Tuple[str, ...]
     term_grace: Optional[float]
     kill_orphans: bool
+    recovery: bool
     wait_for_host: bool
     rank_order: Optional[str]
 

@@ -10,12 +10,19 @@ import re
 from typing import Any, NamedTuple, Optional, Tuple, Type, Union
 
 from .errors import UnsupportedTorchError
-from .patches.params import FqHostname, KeepRendezvous, NodeDesc, StdFromStr, StoreInfoBuild
+from .patches.params import (
+    FqHostname,
+    KeepRendezvous,
+    NodeDesc,
+    SpareWait,
+    StdFromStr,
+    StoreInfoBuild,
+)
 
 #: The patches that advertise this node's address (parameter: the address).
 AddressPatch = Union[FqHostname, StoreInfoBuild, NodeDesc]
 #: The patches that work around a torch bug (no parameters).
-BugPatch = Union[StdFromStr, KeepRendezvous]
+BugPatch = Union[StdFromStr, KeepRendezvous, SpareWait]
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
 
@@ -237,6 +244,8 @@ class TorchBug(NamedTuple):
     min_python: Tuple[int, int] = (3, 0)
     #: Only multi-node c10d launches meet the bug (the others are left alone).
     multi_node_only: bool = False
+    #: Only launches that may restart their workers (``--max_restarts`` > 0) meet it.
+    restarts_only: bool = False
     #: What a user of plain torchrun sets to avoid it (scripts and control tests use it).
     plain_workaround: Tuple[Tuple[str, str], ...] = ()
 
@@ -261,6 +270,18 @@ TORCH_BUGS: Tuple[TorchBug, ...] = (
         plain_workaround=(("PET_REDIRECTS", "1"), ("PET_TEE", "1")),
     ),
     TorchBug(
+        (1, 9),
+        (2, 3),
+        patch=SpareWait,
+        multi_node_only=True,
+        restarts_only=True,
+        fixes="torch < 2.3 lets an agent beyond --nnodes' maximum (a spare) time out at"
+        " join_timeout and close the rendezvous for every node; its join now waits while the"
+        " round is full",
+        left="torch < 2.3 lets a spare time out at join_timeout and close the rendezvous for"
+        " every node",
+    ),
+    TorchBug(
         (2, 3),
         (2, 4),
         patch=KeepRendezvous,
@@ -277,6 +298,19 @@ TORCH_BUGS: Tuple[TorchBug, ...] = (
         fixes="torch 2.5's shared rendezvous store breaks worker restarts; a fresh store on"
         " group rank 0 (as in 2.6+) does not",
         left="torch 2.5 cannot restart workers with its shared rendezvous store",
+        plain_workaround=(("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),),
+    ),
+    TorchBug(
+        (2, 6),
+        (99, 0),
+        env=("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
+        multi_node_only=True,
+        restarts_only=True,
+        fixes="torch 2.6+ keeps one workers' store for the whole job, so a round re-formed"
+        " after a lost node reads the previous round's gloo addresses and cannot connect (and"
+        " a new group rank 0 up to 2.12 fails an assertion); a fresh store on group rank 0"
+        " each round does not",
+        left="torch 2.6+ cannot re-form a round after a lost node with its shared workers' store",
         plain_workaround=(("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),),
     ),
 )

@@ -132,3 +132,9 @@ def main_cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
     """A running 4-node cluster on the first launcher interpreter only: for scenarios whose
     outcome does not depend on the torch version (explain, guards, failing preflights)."""
     return make_cluster(nodes=4, prefix="trjm", python=launcher_pythons()[0])
+
+
+@pytest.fixture(scope="session")
+def five_cluster(make_cluster: Callable[..., Cluster], launcher_python: Path) -> Cluster:
+    """A running 5-node cluster whose nodes run ``launcher_python``: four train, one spare."""
+    return make_cluster(nodes=5, prefix="trjr", python=launcher_python)

@@ -234,12 +234,14 @@ def test_releases_newer_than_the_newest_tested_one_are_untested() -> None:
 @pytest.mark.parametrize(
     ("version", "python", "bugs"),
     [
-        ("1.13.1", (3, 11), ["std_from_str"]),
-        ("1.13.1", (3, 10), []),
-        ("2.0.1", (3, 11), []),
+        ("1.13.1", (3, 11), ["std_from_str", "spare_wait"]),
+        ("1.13.1", (3, 10), ["spare_wait"]),
+        ("2.0.1", (3, 11), ["spare_wait"]),
+        ("2.2.2", (3, 11), ["spare_wait"]),
         ("2.3.1", (3, 9), ["keep_rendezvous"]),
         ("2.5.1", (3, 11), ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]),
-        ("2.6.0", (3, 11), []),
+        ("2.6.0", (3, 11), ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]),
+        ("2.15.0", (3, 11), ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]),
     ],
 )
 def test_torch_bugs_by_version(version: str, python: tuple[int, int], bugs: list[str]) -> None:

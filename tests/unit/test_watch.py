@@ -116,7 +116,7 @@ TABLE = [
         WATCHED,
         FAILED_HERE,
         quiet(60.0, 60.0),
-        State(Phase.STOPPING, Ask.STOP, failed=True),
+        State(Phase.STOPPING, Ask.STOP, failed=True, out=True),
         ["ZeroRestarts", "Publish", "Say", "StopWorkers"],
     ),
     (
@@ -186,7 +186,7 @@ TABLE = [
         WATCHED,
         TRAINING,
         quiet(60.0, 60.0),
-        State(Phase.STOPPING, Ask.STOP, failed=True),
+        State(Phase.STOPPING, Ask.STOP, failed=True, out=True),
         ["ZeroRestarts", "Publish", "Say", "StopWorkers"],
     ),
     ("store refuses after a good end", WATCHED, FINISHED, quiet(0.0, 300.0), FINISHED, []),
@@ -195,7 +195,7 @@ TABLE = [
         WATCHED,
         FINISHED,
         quiet(60.0, 60.0),
-        LEAVING,
+        LEAVING._replace(out=True),
         ["Publish", "Say", "Leave"],
     ),
     ("monitor, nothing asked", WATCHED, TRAINING, MonitorLooks(), TRAINING, ["Answer"]),
@@ -391,7 +391,7 @@ def test_a_node_that_did_not_run_for_the_peer_timeout_stops_and_says_why(
     traceback alone, and not a 'rendezvous host has not answered' it would otherwise print."""
     event = StoreQuiet(stuck=0.0, silent=95.0, now=2000.0, paused=94.0)
     state, actions = decide(WATCHED, phase_state, event)
-    assert state == State(Phase.STOPPING, Ask.STOP, failed=True)
+    assert state == State(Phase.STOPPING, Ask.STOP, failed=True, out=True)
     assert kinds(actions) == ["ZeroRestarts", "Publish", "Say", "StopWorkers"]
     publish = next(a for a in actions if isinstance(a, watch.Publish))
     assert publish.local and publish.record.time == 2000.0 - 94.0

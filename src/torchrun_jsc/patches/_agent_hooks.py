@@ -4,7 +4,7 @@ hooks in, shared by the ``peer_watch`` and ``failure_report`` patches and instal
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Optional, Tuple
 
 from ..runtime import session
 from ..runtime.node import Node
@@ -27,7 +27,12 @@ def install() -> None:
 
     @functools.wraps(rendezvous)
     def _rendezvous(self: Any, worker_group: Any) -> Any:
-        result = rendezvous(self, worker_group)
+        session.SESSION.before_rendezvous(self, worker_group)
+        try:
+            result = rendezvous(self, worker_group)
+        except Exception as error:
+            session.SESSION.rendezvous_failed(error)
+            raise
         session.SESSION.after_rendezvous(self, worker_group)
         return result
 
@@ -40,7 +45,12 @@ def install() -> None:
     replace(m_owner, m_attr, _monitor_workers)
 
 
-def configure(node: Node, peer_timeout: float = 0.0, report: bool = False) -> None:
+def configure(
+    node: Node,
+    peer_timeout: float = 0.0,
+    report: bool = False,
+    recovery: Optional[Tuple[int, int]] = None,
+) -> None:
     """Configure this process's job watch; undone (a fresh session) by ``restore_all``."""
-    session.SESSION.configure(node, peer_timeout=peer_timeout, report=report)
+    session.SESSION.configure(node, peer_timeout=peer_timeout, report=report, recovery=recovery)
     on_restore(session.reset)

@@ -79,6 +79,19 @@ class StopSignal(NamedTuple):
     torch's shutdown of the workers."""
 
 
+class Recovery(NamedTuple):
+    """``recovery``: a lost node restarts the job without it (spares, a smaller job) while
+    the ``max_restarts`` last and ``min_nodes`` remain."""
+
+    node: Node
+    min_nodes: int
+    max_restarts: int
+
+
+class SpareWait(NamedTuple):
+    """``spare_wait``: a spare's join does not time out while it waits (torch < 2.3)."""
+
+
 class WaitForHost(NamedTuple):
     """``wait_for_host``: wait up to ``wait`` seconds for the host at ``endpoint``."""
 
@@ -105,6 +118,8 @@ Params = Union[
     PeerWatch,
     FailureReport,
     StopSignal,
+    Recovery,
+    SpareWait,
     WaitForHost,
     RankOrder,
 ]
@@ -123,6 +138,8 @@ REGISTRY: Dict[str, Type[Params]] = {
     "peer_watch": PeerWatch,
     "failure_report": FailureReport,
     "stop_signal": StopSignal,
+    "recovery": Recovery,
+    "spare_wait": SpareWait,
     "wait_for_host": WaitForHost,
     "rank_order": RankOrder,
 }
@@ -136,6 +153,7 @@ AGENT_SIDE = (
     "peer_watch",
     "failure_report",
     "stop_signal",
+    "recovery",
     "wait_for_host",
     "rank_order",
 )

@@ -22,6 +22,8 @@ class Round(NamedTuple):
     #: Whether this node serves the store (and so watches everyone's heartbeats).
     serving: bool
     restarts_left: bool
+    #: Recovery: the watcher also counts the live spares.
+    recovery: bool = False
 
 
 class Heartbeats:
@@ -44,6 +46,8 @@ class Heartbeats:
         self.closing = closing
         self.tracker = Tracker(timeout)
         self._known: List[str] = []
+        self.spare_tracker = Tracker(timeout)
+        self._spares: List[str] = []
 
     def run(self) -> None:
         """The heartbeat thread's loop, until the process ends."""
@@ -85,6 +89,7 @@ class Heartbeats:
             if beat is not None and beat.done:
                 self.tracker.finished(key)
         lost = [k for k in self.tracker.observe(beats, now) if k != current.me]
+        spares = self._live_spares(members) if current.recovery else 0
         if not lost:
             return
         quiet = self.tracker.quiet_for(lost[0], now)
@@ -97,8 +102,24 @@ class Heartbeats:
                 quiet=quiet,
                 last_seen=time.time() - quiet,
                 restarts_left=current.restarts_left,
+                members=len(members),
+                spares=spares,
             )
         )
+
+    def _live_spares(self, members: Sequence[str]) -> int:
+        """How many registered spares beat within the peer timeout (outside the round)."""
+        spares = [s for s in self.protocol.spares() if s not in members]
+        if spares != self._spares:
+            self.protocol.watch(spares)
+            self.spare_tracker.members(spares, time.monotonic())
+            self._spares = spares
+        if not spares:
+            return 0
+        beats = self.protocol.beats(spares)
+        values = {k: None if b is None else b.beats for k, b in beats.items()}
+        quiet = self.spare_tracker.observe(values, time.monotonic())
+        return len([s for s in spares if s not in quiet])
 
     def rewatch(self, lost: Sequence[str]) -> None:
         """Watch the round's members without ``lost`` (torch re-forms the job without them)."""

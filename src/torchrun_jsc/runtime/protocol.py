@@ -14,6 +14,11 @@ Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
 | ``fail/<i>`` | one node's record (JSON, :class:`~torchrun_jsc.runtime.report.Record`) |
 | ``fail/read`` | how many nodes have read the records |
 | ``connected`` | 0; the operation that makes the connection at the first round |
+| ``round`` | the latest round: ``{"round": ..., "members": [...]}`` (written by the watcher) |
+| ``first_round`` | torch's number of the job's first round (restarts count from it) |
+| ``spare/n`` | how many spare slots are taken |
+| ``spare/<i>`` | one spare's member key (its heartbeat counter is ``hb/<member>``) |
+| ``ended`` | ``completed`` once a node ends after the whole job completed |
 
 A heartbeat counter counts up by 1 per beat. Adding :data:`_DONE_BASE` marks the member's
 workers done (it may then go quiet); overwriting it with :data:`_STOP_BASE` tells the member to
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Dict, List, NamedTuple, Optional, Protocol, Sequence
+from typing import Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 from .report import Record, collect
 
@@ -166,3 +171,46 @@ class JobProtocol:
     def readers(self) -> int:
         """How many nodes have read the records."""
         return self.store.add("fail/read", 0)
+
+    # ------------------------------------------------------------------ rounds and spares
+
+    def publish_round(self, number: int, members: Sequence[str]) -> None:
+        """The round that formed (its torch number and members), for nodes not in it."""
+        self.store.set("round", json.dumps({"round": number, "members": list(members)}))
+
+    def latest_round(self) -> Optional[Tuple[int, Tuple[str, ...]]]:
+        """The latest published round (number, members), or None."""
+        with contextlib.suppress(Exception):
+            data = json.loads(self.store.peek("round") or "")
+            members = data["members"]
+            if isinstance(data["round"], int) and all(isinstance(m, str) for m in members):
+                return data["round"], tuple(members)
+        return None
+
+    def first_round(self, number: int) -> int:
+        """The job's first round number (``number`` if none was noted before)."""
+        text = self.store.first("first_round", str(number))
+        return int(text) if text.strip().isdigit() else number
+
+    def add_spare(self, member: str) -> None:
+        """Register ``member`` as a spare (its heartbeat counter must exist already)."""
+        slot = self.store.add("spare/n", 1)
+        self.store.set(f"spare/{slot}", member)
+
+    def spares(self) -> List[str]:
+        """Every member key ever registered as a spare, in order."""
+        count = self.store.add("spare/n", 0)
+        found: List[str] = []
+        for slot in range(1, count + 1):
+            key = self.store.peek(f"spare/{slot}")
+            if key:  # None while its writer is between its two operations
+                found.append(key)
+        return found
+
+    def mark_completed(self) -> None:
+        """Note that the whole job completed (for the spares)."""
+        self.store.first("ended", "completed")
+
+    def completed(self) -> bool:
+        """Whether a node noted that the whole job completed."""
+        return self.store.peek("ended") == "completed"

@@ -22,6 +22,11 @@ without the node (``--nnodes=MIN:MAX`` with restarts left), the watcher restarts
 workers instead and torch re-forms the job without it. A node whose store operation hangs or
 fails for the peer timeout has lost the rendezvous host and stops.
 
+Recovery (``--max_restarts`` > 0, the ``recovery`` patch): an agent that has not joined a
+round looks whether one formed without it (:mod:`.spares`); it is a spare then, beats, and
+waits in torch's rendezvous to take a lost node's place, or ends when the job ends. Every
+round after the first is a restart, said once on every node with who left and who came.
+
 A node whose workers had all finished when the job fails elsewhere would wait in torch's exit
 barrier for the barrier's timeout (300 s; torch 2.1+ sends failed nodes past it). It prints the
 first failure instead and ends with 0, the code torch gives it once the barrier times out.
@@ -49,6 +54,8 @@ from .jobstore import JobStore
 from .ledger import LastLine, Ledger, say
 from .node import Node
 from .protocol import JobProtocol
+from .report import node_name
+from .spares import SpareLook
 from .watch import Action, Config, Event, State
 
 
@@ -68,6 +75,9 @@ class Session:
         self.me = ""
         self.members: List[str] = []
         self.group_rank: Optional[int] = None
+        #: The job's first round number (torch's count), once known.
+        self.first_round: Optional[int] = None
+        self.spare_look: Optional[threading.Thread] = None
         #: torch's monitor interval (seconds between two looks at the workers; 5 s before 2.4).
         self.monitor_interval = 0.0
         #: Set when the agent process ends: the job watch's threads stop their store traffic.
@@ -77,8 +87,15 @@ class Session:
 
     # ------------------------------------------------------------------ configuration
 
-    def configure(self, node: Node, peer_timeout: float = 0.0, report: bool = False) -> None:
-        """Switch on a part of the watch (each patch its own, in any order)."""
+    def configure(
+        self,
+        node: Node,
+        peer_timeout: float = 0.0,
+        report: bool = False,
+        recovery: Optional[Tuple[int, int]] = None,
+    ) -> None:
+        """Switch on a part of the watch (each patch its own, in any order); ``recovery``:
+        ``--nnodes``' minimum and ``--max_restarts``."""
         with self.lock:
             if self.node is None:
                 self.node = node
@@ -87,10 +104,15 @@ class Session:
                 hostname=self.node.hostname,
                 node_rank=self.node.node_rank,
                 endpoint=self.node.endpoint,
+                run_id=self.node.run_id,
                 elastic=self.node.elastic,
                 peer_timeout=max(config.peer_timeout, peer_timeout),
                 report=config.report or report,
             )
+            if recovery is not None:
+                self.config = self.config._replace(
+                    recovery=True, min_nodes=recovery[0], max_restarts=recovery[1]
+                )
             self.ledger.report = self.config.report
         atexit.unregister(self.at_exit)
         atexit.register(self.at_exit)
@@ -117,6 +139,39 @@ class Session:
 
     # ------------------------------------------------------------------ torch hooks
 
+    def before_rendezvous(self, agent: Any, worker_group: Any) -> None:
+        """Before the first round (recovery): look whether this node is a spare."""
+        config = self.config
+        if not (config.recovery and config.watching_peers) or self.spare_look is not None:
+            return
+        this = getattr(worker_group.spec.rdzv_handler, "_this_node", None)
+        protocol = self._connect()
+        if this is None or protocol is None or self.state.phase != watch.Phase.WAITING:
+            return
+        with self.lock:
+            self.agent = agent
+            self.me = _key(this)
+        look = SpareLook(
+            protocol,
+            self.me,
+            lambda: self.state.phase,
+            self.post,
+            self.closing,
+            heartbeats.interval_for(config.peer_timeout),
+        )
+        self.spare_look = threading.Thread(target=look.run, daemon=True, name="trjsc-spare")
+        self.spare_look.start()
+
+    def rendezvous_failed(self, error: BaseException) -> None:
+        """torch's rendezvous raised ``error``: a spare whose job ended (torch closed the
+        rendezvous) ends here, the way the job ended; anything else is torch's to handle."""
+        closed = type(error).__name__ in ("RendezvousClosedError", "RendezvousGracefulExitError")
+        protocol = self.protocol
+        if not closed or protocol is None or self.state.phase != watch.Phase.SPARE:
+            return
+        stopped = bounded(protocol.stopped, timing.STORE_WAIT)
+        self.post(watch.SpareReleased(completed=stopped is False))
+
     def after_rendezvous(self, agent: Any, worker_group: Any) -> None:
         """The round's members and this node's key; starts the threads the first time."""
         if self.node is None:
@@ -139,9 +194,36 @@ class Session:
                 self.config = self.config._replace(peer_timeout=0.0)
             return
         with self.lock:
+            before = list(self.members)
             self.me = _key(this)
             self.members = sorted(_key(n) for n in holder.state.participants)
-        self.post(watch.Joined())
+        self.post(self._joined(before, int(getattr(holder.state, "round", 0) or 0)))
+
+    def _joined(self, before: List[str], number: int) -> watch.Joined:
+        """The event for a round numbered ``number`` (torch's count) after ``before``."""
+        members, protocol = list(self.members), self.protocol
+        if not self.config.recovery or protocol is None:
+            return watch.Joined(size=len(members))
+        if self.serving:
+            bounded(lambda: protocol.publish_round(number, members), timing.STORE_WAIT)
+        if self.first_round is None:
+            self.first_round = bounded(lambda: protocol.first_round(number), timing.STORE_WAIT)
+        first = number if self.first_round is None else self.first_round
+        restart = max(number - first, 0)
+        if not before or restart == 0:
+            return watch.Joined(restart=restart, size=len(members))
+        return watch.Joined(
+            restart=restart,
+            size=len(members),
+            left=tuple(self._name(k) for k in before if k not in members),
+            came=tuple(self._name(k) for k in members if k not in before),
+        )
+
+    def _name(self, member: str) -> str:
+        """A member as its node's name (its key when it did not say)."""
+        protocol = self.protocol
+        who = None if protocol is None else bounded(lambda: protocol.who(member), timing.HANG)
+        return member if who is None else node_name(who.hostname, who.node_rank)
 
     def around_monitor(self, agent: Any, worker_group: Any, original: Any) -> Any:
         """``_monitor_workers``: answer a stop or restart; publish a final failure."""
@@ -150,6 +232,7 @@ class Session:
         with self.lock:
             self.agent = agent
             self.monitor_interval = float(getattr(worker_group.spec, "monitor_interval", 0) or 0)
+        self._look_at_pause()
         asked = self._look()
         if asked == watch.Ask.RESTART:
             return failures.stopped_result(worker_group)
@@ -163,6 +246,21 @@ class Session:
         elif asked == watch.Ask.STOP:
             return failures.stopped_result(worker_group)
         return result
+
+    def _look_at_pause(self) -> None:
+        """A node that did not run for the peer timeout (thawed) must not let torch restart
+        its workers into a round that went on without it: decided before torch's monitor."""
+        watchdog, protocol = self.watchdog, self.protocol
+        timeout = self.config.peer_timeout
+        if watchdog is not None and protocol is not None and timeout > 0:
+            paused = watchdog.paused()
+            if paused >= timeout:
+                self.post(paused_for(protocol, paused))
+
+    def may_close(self) -> bool:
+        """Whether this agent may close torch's rendezvous at its end: not when it is out of
+        the job (frozen, cut off) and the others may go on without it."""
+        return not self.state.out
 
     def _look(self) -> Optional[watch.Ask]:
         """What torch's monitor is told at this look (consumes the answer)."""
@@ -234,6 +332,28 @@ class Session:
         if protocol is not None and self.me and bounded(protocol.stopped, timing.HANG):
             self.post(watch.StopSeen())
 
+    def _do_RegisterSpare(self, action: watch.RegisterSpare) -> None:
+        protocol, me = self.protocol, self.me
+        if protocol is not None and me:
+            bounded(lambda: protocol.add_spare(me), timing.STORE_WAIT)
+
+    def _do_SetRestarts(self, action: watch.SetRestarts) -> None:
+        agent = self.agent
+        if agent is not None:
+            agent._remaining_restarts = min(agent._remaining_restarts, action.left)
+
+    def _do_EndSpare(self, action: watch.EndSpare) -> None:
+        self.print_last_line()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(action.code)
+
+    def _do_MarkCompleted(self, action: watch.MarkCompleted) -> None:
+        protocol = self.protocol
+        if protocol is not None and not self.state.failed:
+            bounded(protocol.mark_completed, timing.STORE_WAIT)
+
     def _zero_restarts(self) -> None:
         agent = self.agent
         if agent is not None:
@@ -292,13 +412,14 @@ class Session:
         assert protocol is not None and beats is not None
         with contextlib.suppress(Exception):
             protocol.introduce(self.me, *self._me())
+            protocol.beat(self.me)  # the counter exists before a spare registers
         beats.run()
 
     def _round(self) -> Round:
         with self.lock:
             agent = self.agent
             restarts = agent is not None and agent._remaining_restarts > 0
-            return Round(self.me, list(self.members), self.serving, restarts)
+            return Round(self.me, list(self.members), self.serving, restarts, self.config.recovery)
 
     # ------------------------------------------------------------------ ending the process
 

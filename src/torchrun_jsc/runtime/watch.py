@@ -13,6 +13,13 @@ The phases of a node::
     TRAINING ──its own workers failed, no restarts left──▶ FAILED
     TRAINING, RESTARTING, FAILED ──member lost / told to stop / host silent──▶ STOPPING
                                         (stop the workers; end the process, exit 1)
+    WAITING ──a round formed without it (recovery)──▶ SPARE ──joined──▶ TRAINING
+    SPARE ──the job completed / stopped──▶ (end: exit 0 / 1)
+
+Recovery (``--max_restarts`` > 0): a lost member restarts the job without it while restarts
+are left and the live members and waiting spares make up ``--nnodes``' minimum; every node
+says each restart once, when the new round forms (the restart count is torch's round number
+minus the job's first, the same on every node, and caps torch's own per-agent budget).
 
 FAILED still listens: torch 2.1+ ends such an agent itself, but before 2.1 it waits in torch's
 exit barrier for every node, and a lost node or host would keep it there for 300 s.
@@ -35,6 +42,7 @@ class Phase(Enum):
     """Where this node's part of the job stands."""
 
     WAITING = "waiting for the first rendezvous round"
+    SPARE = "a spare: waiting to take a lost node's place"
     TRAINING = "workers running"
     RESTARTING = "restarting the workers without a lost node"
     FINISHED = "workers finished; in torch's exit barrier"
@@ -72,6 +80,12 @@ class Config(NamedTuple):
     report: bool = False
     #: ``--nnodes=MIN:MAX``: torch can go on without a lost node.
     elastic: bool = False
+    #: Recovery: a lost node restarts the job without it (spares, a smaller job).
+    recovery: bool = False
+    #: ``--nnodes``' minimum and ``--max_restarts`` (recovery).
+    min_nodes: int = 1
+    max_restarts: int = 0
+    run_id: str = ""
 
     @property
     def watching_peers(self) -> bool:
@@ -87,13 +101,36 @@ class State(NamedTuple):
     failed: bool = False
     succeeded: bool = False
     exiting: bool = False
+    #: The restarts said so far (recovery).
+    restarts: int = 0
+    #: This node is out of the job (frozen, cut off): the others may go on without it.
+    out: bool = False
 
 
 # ---------------------------------------------------------------------------- events
 
 
 class Joined(NamedTuple):
-    """A rendezvous round formed with this node in it."""
+    """A rendezvous round formed with this node in it: its ``size``, the job's restart count
+    (``restart``; 0 for the first round), and the names of the nodes that ``left`` and
+    ``came`` since this node's previous round."""
+
+    restart: int = 0
+    size: int = 0
+    left: Tuple[str, ...] = ()
+    came: Tuple[str, ...] = ()
+
+
+class SpareFound(NamedTuple):
+    """Before joining, this node found a round of ``size`` nodes formed without it."""
+
+    size: int
+
+
+class SpareReleased(NamedTuple):
+    """The job this spare waited for ended: ``completed``, or it stopped."""
+
+    completed: bool
 
 
 class MembersLost(NamedTuple):
@@ -107,6 +144,9 @@ class MembersLost(NamedTuple):
     quiet: float
     last_seen: float
     restarts_left: bool
+    #: The round's size and the live spares waiting (recovery).
+    members: int = 0
+    spares: int = 0
 
 
 class ToldToStop(NamedTuple):
@@ -149,7 +189,16 @@ class Exiting(NamedTuple):
 
 
 Event = Union[
-    Joined, MembersLost, ToldToStop, StoreQuiet, MonitorLooks, WorkersEnded, StopSeen, Exiting
+    Joined,
+    SpareFound,
+    SpareReleased,
+    MembersLost,
+    ToldToStop,
+    StoreQuiet,
+    MonitorLooks,
+    WorkersEnded,
+    StopSeen,
+    Exiting,
 ]
 
 
@@ -221,6 +270,26 @@ class LookForStop(NamedTuple):
     """Look in the store whether another node stopped the job (posts :class:`StopSeen`)."""
 
 
+class RegisterSpare(NamedTuple):
+    """Tell the watcher that this node waits as a spare."""
+
+
+class SetRestarts(NamedTuple):
+    """torch's agent has at most ``left`` restarts (the job's count, not the agent's own)."""
+
+    left: int
+
+
+class EndSpare(NamedTuple):
+    """End this spare's process with ``code`` (the last line first, if the job failed)."""
+
+    code: int
+
+
+class MarkCompleted(NamedTuple):
+    """Note in the store that the whole job completed (the spares end then)."""
+
+
 Action = Union[
     Say,
     StartWatch,
@@ -234,6 +303,10 @@ Action = Union[
     MarkDone,
     Answer,
     LookForStop,
+    RegisterSpare,
+    SetRestarts,
+    EndSpare,
+    MarkCompleted,
 ]
 Decision = Tuple[State, Tuple[Action, ...]]
 
@@ -244,7 +317,11 @@ Decision = Tuple[State, Tuple[Action, ...]]
 def decide(config: Config, state: State, event: Event) -> Decision:
     """The next state and the actions for ``event``."""
     if isinstance(event, Joined):
-        return _joined(config, state)
+        return _joined(config, state, event)
+    if isinstance(event, SpareFound):
+        return _spare_found(config, state, event)
+    if isinstance(event, SpareReleased):
+        return _spare_released(state, event)
     if isinstance(event, MonitorLooks):
         return state._replace(answer=None), (Answer(state.answer),)
     if isinstance(event, WorkersEnded):
@@ -263,13 +340,64 @@ def decide(config: Config, state: State, event: Event) -> Decision:
     return _store_quiet(config, state, event)
 
 
-def _joined(config: Config, state: State) -> Decision:
+def _joined(config: Config, state: State, event: Joined) -> Decision:
+    budget: Tuple[Action, ...] = ()
+    if config.recovery:
+        budget = (SetRestarts(max(config.max_restarts - event.restart, 0)),)
     if state.phase == Phase.WAITING:
         start: Tuple[Action, ...] = (StartWatch(),) if config.watching_peers else ()
-        return state._replace(phase=Phase.TRAINING), start
-    if state.phase == Phase.RESTARTING:
-        return state._replace(phase=Phase.TRAINING), ()
-    return state, ()
+        new = state._replace(phase=Phase.TRAINING, restarts=event.restart)
+        return new, (*start, *budget)
+    if state.phase == Phase.SPARE:
+        line = (
+            f"torchrun_jsc: spare: this node takes a lost node's place (restart"
+            f" {event.restart} of {config.max_restarts}; {event.size} nodes)"
+        )
+        new = state._replace(phase=Phase.TRAINING, restarts=event.restart)
+        return new, (Say(line), *budget)
+    if state.phase not in (Phase.RESTARTING, Phase.TRAINING):
+        return state, ()
+    # a restart asked for but not yet answered is done: torch re-formed the round already
+    answer = None if state.answer == Ask.RESTART else state.answer
+    new = state._replace(
+        phase=Phase.TRAINING, answer=answer, restarts=max(state.restarts, event.restart)
+    )
+    if not config.recovery or event.restart <= state.restarts:
+        return new, budget
+    return new, (Say(_restart_line(config, event)), *budget)
+
+
+def _restart_line(config: Config, event: Joined) -> str:
+    """``restart 1 of 3: node3 (node rank 3) lost; going on with node4 in its place``."""
+    left = ", ".join(event.left)
+    came = ", ".join(event.came)
+    what = f"{left} lost" if left else f"{came} joined" if came else "the workers restarted"
+    if left and came:
+        going = f"going on with {came} in {'its' if len(event.left) == 1 else 'their'} place"
+    else:
+        going = f"going on with {event.size} nodes"
+    return f"torchrun_jsc: restart {event.restart} of {config.max_restarts}: {what}; {going}"
+
+
+def _spare_found(config: Config, state: State, event: SpareFound) -> Decision:
+    if state.phase != Phase.WAITING or not config.recovery:
+        return state, ()
+    line = (
+        f"torchrun_jsc: spare: the job's {event.size} nodes are training (rendezvous id"
+        f" {config.run_id}); this node waits to take a lost node's place"
+    )
+    start: Tuple[Action, ...] = (StartWatch(),) if config.watching_peers else ()
+    return state._replace(phase=Phase.SPARE), (Say(line), *start, RegisterSpare())
+
+
+def _spare_released(state: State, event: SpareReleased) -> Decision:
+    if state.phase != Phase.SPARE or state.exiting:
+        return state, ()
+    if event.completed:
+        line = "torchrun_jsc: spare: the job completed without needing this node"
+        return state._replace(phase=Phase.FINISHED, succeeded=True), (Say(line), EndSpare(0))
+    line = "torchrun_jsc: spare: the job stopped before this node was needed"
+    return state._replace(phase=Phase.LEAVING, failed=True), (Say(line), EndSpare(1))
 
 
 def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
@@ -280,10 +408,13 @@ def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
         f"{what} has not been heard from for {event.quiet:.0f} s"
         f" (TORCHRUN_JSC_PEER_TIMEOUT={config.peer_timeout:g}){others}"
     )
-    if config.elastic and event.restarts_left and not state.succeeded:
+    reason = _cannot_go_on(config, event)
+    if (config.recovery or config.elastic) and reason is None and not state.succeeded:
         restart = Say(f"torchrun_jsc: {lost}; restarting the workers without it")
         new = state._replace(phase=Phase.RESTARTING, answer=Ask.RESTART)
         return new, (restart, Rewatch(event.keys))
+    if config.recovery and reason is not None and not state.succeeded:
+        lost = f"{lost}; cannot go on: {reason}"
     record = Record(kind=LOST, hostname=hostname, node_rank=node_rank, time=event.last_seen)
     return _end_job(
         state,
@@ -291,6 +422,19 @@ def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
         "stopping the job",
         (Publish(record, unread=event.keys), TellStop(record)),
     )
+
+
+def _cannot_go_on(config: Config, event: MembersLost) -> Optional[str]:
+    """Why the job cannot go on without the lost members (None: it can)."""
+    if not event.restarts_left:
+        return f"no restarts left (--max_restarts={config.max_restarts})"
+    if not config.recovery:
+        return None
+    live = event.members - len(event.keys)
+    if live + event.spares >= config.min_nodes:
+        return None
+    waiting = "no spare waits" if not event.spares else f"only {event.spares} spare(s) wait"
+    return f"{live} nodes left, --nnodes needs at least {config.min_nodes}, and {waiting}"
 
 
 def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
@@ -325,7 +469,10 @@ def _lost_here(config: Config, state: State, since: float, what: str, line: str)
     record = Record(
         kind=LOST, hostname=config.hostname, node_rank=config.node_rank, time=since, what=what
     )
-    return _end_job(state, line, "stopping this node's workers", (Publish(record, local=True),))
+    new, actions = _end_job(
+        state, line, "stopping this node's workers", (Publish(record, local=True),)
+    )
+    return new._replace(out=True), actions
 
 
 def _end_job(state: State, line: str, action: str, records: Tuple[Action, ...] = ()) -> Decision:
@@ -362,10 +509,15 @@ def _workers_ended(config: Config, state: State, event: WorkersEnded) -> Decisio
 
 def _exiting(config: Config, state: State) -> Decision:
     new = state._replace(exiting=True)
-    learn = (
-        state.succeeded and not state.failed and config.report and config.watching_peers
-    )  # a node that passed torch's barrier before it heard of a failure elsewhere
-    return new, (LookForStop(),) if learn else ()
+    good = state.succeeded and not state.failed
+    # a node that passed torch's barrier before it heard of a failure elsewhere
+    learn: Tuple[Action, ...] = (
+        (LookForStop(),) if good and config.report and config.watching_peers else ()
+    )
+    done: Tuple[Action, ...] = (
+        (MarkCompleted(),) if good and config.recovery and state.phase != Phase.SPARE else ()
+    )
+    return new, (*learn, *done)
 
 
 def exit_code(state: State) -> int:

@@ -1,0 +1,39 @@
+"""All versions: going on after a lost node (``--max_restarts`` > 0). The job watch restarts
+the job without a lost member while restarts are left and the live members and the waiting
+spares make up ``--nnodes``' minimum; agents beyond the maximum wait as spares and end with the
+job; every restart is said once on every node (:mod:`torchrun_jsc.runtime.session`).
+
+torch's ``launch_agent`` closes the rendezvous whenever an agent ends, for every node: a node
+that is out of the job (it was frozen and thawed, or cut off from the store) must not end the
+round that went on without it, so its close is skipped; every other close stays."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..runtime import session
+from ..runtime.node import Node
+from . import _agent_hooks
+from ._common import Check, replace, verified
+
+_DYNAMIC = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
+CHECKS = (
+    *_agent_hooks.CHECKS,
+    Check(_DYNAMIC, "DynamicRendezvousHandler.shutdown", (("self",),)),
+)
+
+
+def install(node: Node, min_nodes: int, max_restarts: int) -> None:
+    """Go on after a lost node; keep the rendezvous open when this node is out."""
+    _agent_hooks.install()
+    _agent_hooks.configure(node, recovery=(min_nodes, max_restarts))
+    owner, attr, shutdown = verified(CHECKS)[-1]
+
+    @functools.wraps(shutdown)
+    def _shutdown(self: Any) -> Any:
+        if not session.SESSION.may_close():
+            return False  # torch's own answer for a close that did not happen
+        return shutdown(self)
+
+    replace(owner, attr, _shutdown)

@@ -1,0 +1,238 @@
+"""Going on after a lost node, on the namespace cluster: a spare takes a frozen node's place,
+a job goes on smaller after a node is killed, a thawed node ends on its own without touching
+the new round, and a job that cannot go on stops saying why.
+
+The workload (``jobs/resume.py``) checkpoints every 5 steps and resumes, as torch's elastic
+docs ask of a training script; every scenario checks the sums of every step after the restart,
+that training resumed from the checkpoint (not from step 0) and completed, and every node's
+exit code. Agents are started without Slurm (one per node, ``node_exec``); the collective
+timeout is torch's default (1800 s), so nothing but torchrun_jsc and torch's rendezvous end or
+re-form these jobs.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, NamedTuple, Sequence
+
+import pytest
+
+from tests.cluster.harness import Cluster
+from tests.cluster.scenarios import Job, torchrun_argv
+
+pytestmark = pytest.mark.cluster
+
+RESUME = Path(__file__).resolve().parent / "jobs" / "resume.py"
+#: The peer timeout of these scenarios (the smallest accepted).
+PEER_TIMEOUT = 10.0
+STEPS = 80
+#: The new round must train within the peer timeout and this much after the fault (issue 21).
+TO_FIRST_STEP = PEER_TIMEOUT + 60.0
+
+
+def said(job: Job) -> str:
+    """Every node's own lines (torchrun_jsc's, torch's errors, where each worker group
+    resumed), for failure messages: the steps would hide them."""
+    keep = ("torchrun_jsc", "TRJSC_RESUMED", "TRJSC_DONE", "Error", "error")
+    parts = []
+    for i in job.nodes:
+        mine = [ln for ln in job.output(i).splitlines() if any(k in ln for k in keep)]
+        parts.append(f"----- node{i} (rc={job.procs[i].poll()})\n" + "\n".join(mine[-40:]))
+    return "\n".join(parts)
+
+
+class Run(NamedTuple):
+    """What one node's workers printed in their last worker group."""
+
+    rank: int
+    world: int
+    resumed_from: int
+    steps: Dict[int, bool]  # step -> its sum was right
+    done_ok: bool
+
+
+def last_run(text: str) -> Run:
+    """The node's last worker group, from its output."""
+    starts = [m.start() for m in re.finditer(r"^TRJSC_RESUMED ", text, re.M)]
+    assert starts, text[-3000:]
+    tail = text[starts[-1] :]
+    head = re.match(r"TRJSC_RESUMED host=\S+ rank=(\d+) world=(\d+) from=(\d+)", tail)
+    assert head, tail[:500]
+    steps = {
+        int(m.group(1)): m.group(2) == m.group(3)
+        for m in re.finditer(r"^TRJSC_STEP .* step=(\d+) sum=(\d+) expect=(\d+)", tail, re.M)
+    }
+    done = re.search(r"^TRJSC_DONE .* acc=(\d+) expect=(\d+)", tail, re.M)
+    return Run(
+        int(head.group(1)),
+        int(head.group(2)),
+        int(head.group(3)),
+        steps,
+        bool(done) and done.group(1) == done.group(2),  # type: ignore[union-attr]
+    )
+
+
+def assert_resumed_and_completed(job: Job, nodes: Sequence[int], world: int) -> Dict[int, Run]:
+    """Every node's last worker group: ``world`` ranks in node order, resumed from a
+    checkpoint after step 0, every later step right, the total right."""
+    runs = {i: last_run(job.output(i)) for i in nodes}
+    for i, run in runs.items():
+        assert run.world == world, f"node{i}: {run}\n{job}"
+        assert run.resumed_from > 0 and run.resumed_from % 5 == 0, f"node{i}: {run}\n{job}"
+        wanted = set(range(run.resumed_from + 1, STEPS + 1))
+        assert set(run.steps) == wanted and all(run.steps.values()), f"node{i}: {run}\n{job}"
+        assert run.done_ok, f"node{i}: {run}\n{job}"
+    assert [runs[i].rank for i in sorted(nodes)] == list(range(world)), f"{runs}\n{job}"
+    assert len({r.resumed_from for r in runs.values()}) == 1, f"{runs}\n{job}"
+    return runs
+
+
+def command(cluster: Cluster, nnodes: str, restarts: int, conf: str = "") -> List[str]:
+    rdzv = "join_timeout=120,read_timeout=60" + (f",{conf}" if conf else "")
+    return torchrun_argv(
+        cluster.python,
+        nnodes,
+        "node0i:29500",
+        rdzv,
+        (f"--max_restarts={restarts}",),
+        script=RESUME,
+        module="torchrun_jsc",
+    )
+
+
+def envs(cluster: Cluster, n: int, name: str) -> List[Dict[str, str]]:
+    assert cluster.workdir is not None
+    ckpt = cluster.workdir / f"{name}.ckpt"
+    ckpt.unlink(missing_ok=True)
+    base = {
+        "TRJSC_CKPT": str(ckpt),
+        "TRJSC_STEPS": str(STEPS),
+        "TORCHRUN_JSC_PEER_TIMEOUT": f"{PEER_TIMEOUT:g}",
+    }
+    return [{"TORCHRUN_JSC_NODE_RANK": str(i), **base} for i in range(n)]
+
+
+@pytest.fixture
+def jobs() -> Iterator[List[Job]]:
+    made: List[Job] = []
+    yield made
+    for job in made:
+        job.stop()
+
+
+def wait_for_step(job: Job, node: int, step: int, limit: float = 150.0) -> None:
+    job.wait_for(f"step={step} ", nodes=[node], limit=limit)
+
+
+def first_step_after(job: Job, node: int, resumed_before: int, limit: float) -> float:
+    """Seconds until node ``node`` printed a step of a worker group newer than its
+    ``resumed_before``-th (the new round trains)."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        text = job.output(node)
+        parts = text.split("TRJSC_RESUMED ")
+        if len(parts) > resumed_before + 1 and "TRJSC_STEP " in parts[-1]:
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise AssertionError(f"node{node} did not train in a new round within {limit:.0f} s\n{job}")
+
+
+def spare_of(job: Job, limit: float = 150.0) -> int:
+    """The node that said it waits as a spare (whichever came last to the first round)."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        found = [i for i in job.nodes if "torchrun_jsc: spare: the job's" in job.output(i)]
+        if found:
+            assert len(found) == 1, f"{found}\n{job}"
+            return found[0]
+        time.sleep(0.2)
+    raise AssertionError(f"no node said it is a spare within {limit:.0f} s\n{job}")
+
+
+def test_a_spare_takes_a_frozen_nodes_place(five_cluster: Cluster, jobs: List[Job]) -> None:
+    """--nnodes=4 on 5 nodes: one waits as a spare; a training node (not the rendezvous host)
+    frozen → every live node says the restart, the spare takes its place, training resumes
+    from the checkpoint and completes on 4 nodes; the frozen node, thawed once the new round
+    trains, ends on its own and disturbs nothing; every live node exits 0."""
+    cluster = five_cluster
+    job = Job(cluster, command(cluster, "4", 3), envs(cluster, 5, "spare"))
+    jobs.append(job)
+    spare = spare_of(job)
+    first = [i for i in range(5) if i != spare]
+    job.wait_for("TRJSC_TRAINING", nodes=first)
+    assert "TRJSC_RESUMED" not in job.output(spare), str(job)
+    frozen = max(i for i in first if i != 0)
+    live = sorted(set(range(5)) - {frozen})
+    wait_for_step(job, 0, 12)
+    cluster.freeze_node(frozen)
+    to_step = first_step_after(job, spare, 0, TO_FIRST_STEP + 30)
+    print(f"spare: fault to the new round's first step {to_step:.1f} s")
+    line = (
+        f"restart 1 of 3: node{frozen} (node rank {frozen}) lost; going on with node{spare}"
+        f" (node rank {spare}) in its place"
+    )
+    stayed = [i for i in live if i != spare]
+    waited = time.monotonic()
+    while not all(line in job.output(i) for i in stayed):
+        assert time.monotonic() - waited < 30, f"{line!r} not on all of {stayed}\n{said(job)}"
+        time.sleep(0.2)
+    cluster.thaw_node(frozen)
+    took = job.wait_exit([*live, frozen], 240)
+    codes = {i: job.procs[i].returncode for i in range(5)}
+    assert {i: codes[i] for i in live} == dict.fromkeys(live, 0), f"{codes}\n{said(job)}"
+    assert codes[frozen] not in (None, 0), f"{codes}\n{said(job)}"
+    assert "torchrun_jsc: this node did not run for" in job.output(frozen), str(job)
+    assert_resumed_and_completed(job, live, 4)
+    joined = "torchrun_jsc: spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)"
+    assert joined in job.output(spare), said(job)
+    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{job}"
+    assert job.wait_gone(list(range(5)), 20) == {}, str(job)
+    print(f"spare: every node ended {took:.0f} s after the thaw")
+
+
+def test_a_smaller_job_goes_on_after_a_node_is_killed(
+    jsc_cluster: Cluster, jobs: List[Job]
+) -> None:
+    """--nnodes=3:4 on 4 nodes, every process of node3 SIGKILLed: the job resumes from its
+    checkpoint on 3 nodes and completes; every live node says the restart and exits 0."""
+    cluster = jsc_cluster
+    job = Job(
+        cluster, command(cluster, "3:4", 3, "last_call_timeout=5"), envs(cluster, 4, "smaller")
+    )
+    jobs.append(job)
+    job.wait_for("TRJSC_TRAINING")
+    wait_for_step(job, 0, 12)
+    cluster.signal_node(3, signal.SIGKILL)
+    to_step = first_step_after(job, 0, 1, TO_FIRST_STEP + 30)
+    print(f"smaller: fault to the new round's first step {to_step:.1f} s")
+    job.wait_exit([0, 1, 2], 240)
+    codes = {i: job.procs[i].returncode for i in range(3)}
+    assert codes == dict.fromkeys(range(3), 0), f"{codes}\n{said(job)}"
+    assert_resumed_and_completed(job, [0, 1, 2], 3)
+    for i in range(3):
+        assert "restart 1 of 3: node3 (node rank 3) lost; going on with 3 nodes" in job.output(i), (
+            str(job)
+        )
+    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{job}"
+    assert job.wait_gone(list(range(4)), 20) == {}, str(job)
+
+
+def test_a_job_that_cannot_go_on_stops_saying_why(jsc_cluster: Cluster, jobs: List[Job]) -> None:
+    """--nnodes=4 on 4 nodes with restarts allowed but no spare: a frozen node stops the job
+    as without recovery, and the line says why it could not go on."""
+    cluster = jsc_cluster
+    job = Job(cluster, command(cluster, "4", 2), envs(cluster, 4, "cannot"))
+    jobs.append(job)
+    job.wait_for("TRJSC_TRAINING")
+    wait_for_step(job, 0, 8)
+    cluster.freeze_node(3)
+    took = job.wait_exit([0, 1, 2], 120)
+    codes = {i: job.procs[i].returncode for i in range(3)}
+    assert all(c not in (None, 0) for c in codes.values()), f"{codes}\n{said(job)}"
+    why = "cannot go on: 3 nodes left, --nnodes needs at least 4, and no spare waits"
+    assert why in job.output(0), str(job)
+    assert "restart 1 of" not in "".join(job.output(i) for i in range(3)), str(job)
+    assert took < 60 + PEER_TIMEOUT, f"{took:.0f} s\n{job}"

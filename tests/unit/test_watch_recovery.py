@@ -1,0 +1,279 @@
+"""The job watch's decisions for recovery, by tables: who is lost and whether the job goes on
+(a spare, a smaller job, or why not), spares, and the restart said once on every node."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import pytest
+
+from torchrun_jsc.runtime import watch
+from torchrun_jsc.runtime.watch import (
+    Ask,
+    Config,
+    Event,
+    Exiting,
+    Joined,
+    MembersLost,
+    Phase,
+    SpareFound,
+    SpareReleased,
+    State,
+    decide,
+)
+
+#: --nnodes=4 --max_restarts=3, lost nodes watched, recovery on.
+RECOVER = Config(
+    hostname="node0",
+    node_rank=0,
+    endpoint="node0i:29500",
+    peer_timeout=60.0,
+    report=True,
+    recovery=True,
+    min_nodes=4,
+    max_restarts=3,
+    run_id="job7",
+)
+#: --nnodes=3:4.
+SMALLER = RECOVER._replace(min_nodes=3, elastic=True)
+
+WAITING = State()
+SPARE = State(phase=Phase.SPARE)
+TRAINING = State(phase=Phase.TRAINING)
+RESTARTING = State(phase=Phase.RESTARTING, answer=Ask.RESTART)
+FINISHED = State(phase=Phase.FINISHED, succeeded=True)
+
+
+def lost(spares: int, members: int = 4, left: bool = True, keys: int = 1) -> MembersLost:
+    names = tuple(f"k{3 - n}" for n in range(keys))
+    return MembersLost(names, "node3", 3, 61.0, 1000.0, left, members=members, spares=spares)
+
+
+def kinds(actions: Tuple[watch.Action, ...]) -> List[str]:
+    return [type(a).__name__ for a in actions]
+
+
+def line(actions: Tuple[watch.Action, ...]) -> Optional[str]:
+    return next((a.line for a in actions if isinstance(a, watch.Say)), None)
+
+
+STOPPED = State(Phase.STOPPING, Ask.STOP, failed=True)
+#: name, config, state, event, next state, actions, a piece of the line (or None: no line).
+TABLE = [
+    (
+        "lost, a spare waits",
+        RECOVER,
+        TRAINING,
+        lost(spares=1),
+        RESTARTING,
+        ["Say", "Rewatch"],
+        "has not been heard from for 61 s (TORCHRUN_JSC_PEER_TIMEOUT=60); restarting the"
+        " workers without it",
+    ),
+    (
+        "lost, no spare, at the minimum",
+        RECOVER,
+        TRAINING,
+        lost(spares=0),
+        STOPPED,
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+        "; cannot go on: 3 nodes left, --nnodes needs at least 4, and no spare waits;"
+        " stopping the job",
+    ),
+    (
+        "lost, no spare, above the minimum",
+        SMALLER,
+        TRAINING,
+        lost(spares=0),
+        RESTARTING,
+        ["Say", "Rewatch"],
+        "restarting the workers without it",
+    ),
+    (
+        "two lost, one spare, --nnodes=3:4",
+        SMALLER,
+        TRAINING,
+        lost(spares=1, keys=2),
+        RESTARTING,
+        ["Say", "Rewatch"],
+        "(and 1 more); restarting",
+    ),
+    (
+        "three lost, one spare, --nnodes=3:4",
+        SMALLER,
+        TRAINING,
+        lost(spares=1, keys=3),
+        STOPPED,
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+        "cannot go on: 1 nodes left, --nnodes needs at least 3, and only 1 spare(s) wait",
+    ),
+    (
+        "lost, no restarts left",
+        RECOVER,
+        TRAINING,
+        lost(spares=1, left=False),
+        STOPPED,
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+        "cannot go on: no restarts left (--max_restarts=3)",
+    ),
+    (
+        "lost after this node's workers finished",
+        RECOVER,
+        FINISHED,
+        lost(spares=1),
+        State(Phase.LEAVING, failed=True, succeeded=True),
+        ["Publish", "TellStop", "Say", "Leave"],
+        "not waiting in torch's exit barrier",
+    ),
+    (
+        "first round",
+        RECOVER,
+        WAITING,
+        Joined(size=4),
+        TRAINING,
+        ["StartWatch", "SetRestarts"],
+        None,
+    ),
+    (
+        "re-formed with a spare",
+        RECOVER,
+        RESTARTING,
+        Joined(restart=1, size=4, left=("node3 (node rank 3)",), came=("node4 (node rank 4)",)),
+        TRAINING._replace(restarts=1),
+        ["Say", "SetRestarts"],
+        "torchrun_jsc: restart 1 of 3: node3 (node rank 3) lost; going on with node4 (node rank"
+        " 4) in its place",
+    ),
+    (
+        "re-formed smaller, by torch before this node's watch asked",
+        SMALLER,
+        TRAINING,
+        Joined(restart=1, size=3, left=("node3 (node rank 3)",)),
+        TRAINING._replace(restarts=1),
+        ["Say", "SetRestarts"],
+        "torchrun_jsc: restart 1 of 3: node3 (node rank 3) lost; going on with 3 nodes",
+    ),
+    (
+        "a restart said already is not said again",
+        RECOVER,
+        TRAINING._replace(restarts=1),
+        Joined(restart=1, size=4, left=("node3 (node rank 3)",)),
+        TRAINING._replace(restarts=1),
+        ["SetRestarts"],
+        None,
+    ),
+    (
+        "a round torch re-formed clears a restart not yet answered",
+        RECOVER,
+        TRAINING._replace(answer=Ask.RESTART),
+        Joined(restart=2, size=4),
+        TRAINING._replace(restarts=2),
+        ["Say", "SetRestarts"],
+        "restart 2 of 3: the workers restarted; going on with 4 nodes",
+    ),
+    (
+        "a spare before its first round",
+        RECOVER,
+        WAITING,
+        SpareFound(size=4),
+        SPARE,
+        ["Say", "StartWatch", "RegisterSpare"],
+        "torchrun_jsc: spare: the job's 4 nodes are training (rendezvous id job7); this node"
+        " waits to take a lost node's place",
+    ),
+    (
+        "no spare without recovery",
+        RECOVER._replace(recovery=False),
+        WAITING,
+        SpareFound(4),
+        WAITING,
+        [],
+        None,
+    ),
+    ("a member is no spare", RECOVER, TRAINING, SpareFound(size=4), TRAINING, [], None),
+    (
+        "the spare joins",
+        RECOVER,
+        SPARE,
+        Joined(restart=1, size=4),
+        TRAINING._replace(restarts=1),
+        ["Say", "SetRestarts"],
+        "torchrun_jsc: spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)",
+    ),
+    (
+        "the job completed without the spare",
+        RECOVER,
+        SPARE,
+        SpareReleased(completed=True),
+        FINISHED,
+        ["Say", "EndSpare"],
+        "torchrun_jsc: spare: the job completed without needing this node",
+    ),
+    (
+        "the job stopped before the spare was needed",
+        RECOVER,
+        SPARE,
+        SpareReleased(completed=False),
+        State(Phase.LEAVING, failed=True),
+        ["Say", "EndSpare"],
+        "the job stopped before this node was needed",
+    ),
+    ("a joined spare is not released", RECOVER, TRAINING, SpareReleased(True), TRAINING, [], None),
+    (
+        "the end of a completed job is noted for the spares",
+        RECOVER,
+        FINISHED,
+        Exiting(),
+        FINISHED._replace(exiting=True),
+        ["LookForStop", "MarkCompleted"],
+        None,
+    ),
+    (
+        "a failed job is not noted as completed",
+        RECOVER,
+        State(Phase.STOPPING, failed=True),
+        Exiting(),
+        State(Phase.STOPPING, failed=True, exiting=True),
+        [],
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "config, state, event, after, actions, said",
+    [row[1:] for row in TABLE],
+    ids=[r[0] for r in TABLE],
+)
+def test_decide(
+    config: Config,
+    state: State,
+    event: Event,
+    after: State,
+    actions: List[str],
+    said: Optional[str],
+) -> None:
+    new, done = decide(config, state, event)
+    assert new == after
+    assert kinds(done) == actions
+    text = line(done)
+    if said is None:
+        assert text is None
+    else:
+        assert text is not None and said in text, text
+
+
+@pytest.mark.parametrize(("restart", "left"), [(0, 3), (1, 2), (3, 0), (5, 0)])
+def test_the_job_wide_restart_count_caps_torchs_budget(restart: int, left: int) -> None:
+    state = RESTARTING if restart else WAITING
+    _, actions = decide(RECOVER, state, Joined(restart=restart, size=4))
+    assert watch.SetRestarts(left) in actions
+
+
+def test_a_frozen_node_that_thaws_is_out_and_may_not_close_the_rendezvous() -> None:
+    event = watch.StoreQuiet(stuck=0.0, silent=95.0, now=2000.0, paused=94.0)
+    state, _ = decide(RECOVER, TRAINING, event)
+    assert state.out and state.answer == Ask.STOP
+    lost_host = watch.StoreQuiet(stuck=61.0, silent=61.0, now=2000.0)
+    assert decide(RECOVER, TRAINING, lost_host)[0].out
+    assert not decide(RECOVER, TRAINING, lost(spares=0))[0].out  # it stops the job: closing is fine
