@@ -252,8 +252,8 @@ VARIABLES: Tuple[Variable, ...] = (
             " its workers (SIGTERM, the grace, SIGKILL) and exits non-zero, naming it (heartbeats "
             "through the rendezvous store: one small operation per node every 5 s; the node that "
             "serves the store watches). A rendezvous host that stops answering for this long stops "
-            "every node the same way. Elastic jobs (`--nnodes=MIN:MAX`) with restarts left restart "
-            "instead, so that torch can re-form the job. 0: off."
+            "every node the same way. With restarts left (`--max_restarts`), the job goes on "
+            "without a lost node instead (`TORCHRUN_JSC_RECOVERY`). 0: off."
         ),
         short="0, or seconds 10..86400",
     ),

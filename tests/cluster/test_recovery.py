@@ -236,3 +236,25 @@ def test_a_job_that_cannot_go_on_stops_saying_why(jsc_cluster: Cluster, jobs: Li
     assert why in job.output(0), str(job)
     assert "restart 1 of" not in "".join(job.output(i) for i in range(3)), str(job)
     assert took < 60 + PEER_TIMEOUT, f"{took:.0f} s\n{job}"
+
+
+def test_a_lost_rendezvous_host_ends_every_node_and_the_spare(
+    five_cluster: Cluster, jobs: List[Job]
+) -> None:
+    """--nnodes=4 on 5 nodes, node0 (it serves the store) frozen: the host cannot be replaced
+    yet, so the job stops as without recovery; nothing waits on the frozen store, the spare
+    neither: every other node ends non-zero within the peer timeout and a minute more."""
+    cluster = five_cluster
+    job = Job(cluster, command(cluster, "4", 3), envs(cluster, 5, "host"))
+    jobs.append(job)
+    spare = spare_of(job)
+    job.wait_for("TRJSC_TRAINING", nodes=[i for i in range(5) if i != spare])
+    cluster.freeze_node(0)
+    others = [1, 2, 3, 4]
+    took = job.wait_exit(others, PEER_TIMEOUT + 60)
+    codes = {i: job.procs[i].returncode for i in others}
+    assert all(c not in (None, 0) for c in codes.values()), f"{codes}\n{said(job)}"
+    assert took < PEER_TIMEOUT + 60, f"{took:.0f} s\n{said(job)}"
+    assert "has not answered for" in job.output(spare if spare else 1), said(job)
+    assert job.wait_gone(others, 20) == {}, said(job)
+    print(f"host: every other node ended {took:.0f} s after the freeze (spare: node{spare})")

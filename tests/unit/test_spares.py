@@ -1,0 +1,167 @@
+"""Recovery's store verbs, the spare's look, the watcher's count of live spares, and the
+restart count a session derives from torch's round numbers: on the one fake store."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any, List
+
+from tests.unit.fakestore import FakeStore, protocol
+from torchrun_jsc.runtime import watch
+from torchrun_jsc.runtime.beating import Heartbeats, Round
+from torchrun_jsc.runtime.node import Node
+from torchrun_jsc.runtime.protocol import JobProtocol
+from torchrun_jsc.runtime.session import Session
+from torchrun_jsc.runtime.spares import SpareLook
+
+
+def test_rounds_first_round_spares_and_the_end_round_trip() -> None:
+    p = protocol()
+    assert p.latest_round() is None and not p.completed() and p.spares() == []
+    p.publish_round(7, ["a", "b"])
+    assert p.latest_round() == (7, ("a", "b"))
+    assert p.first_round(7) == 7 and p.first_round(9) == 7  # the first word stays
+    p.add_spare("s1")
+    p.add_spare("s2")
+    assert p.spares() == ["s1", "s2"]
+    p.mark_completed()
+    assert p.completed()
+
+
+def test_a_round_record_that_is_not_ours_reads_as_none() -> None:
+    p = protocol()
+    store: Any = p.store
+    store.values["round"] = '{"round": "x", "members": []}'
+    assert p.latest_round() is None
+    store.values["round"] = "not json"
+    assert p.latest_round() is None
+
+
+def _look(p: JobProtocol, me: str, phase: watch.Phase) -> List[watch.Event]:
+    posted: List[watch.Event] = []
+    look = SpareLook(p, me, lambda: phase, posted.append, threading.Event(), 0.01)
+    if phase == watch.Phase.WAITING:
+        look._look_for_round()
+    else:
+        look._look_for_end()
+    return posted
+
+
+def test_a_node_missing_from_the_published_round_is_a_spare() -> None:
+    p = protocol()
+    assert _look(p, "me", watch.Phase.WAITING) == []  # no round yet
+    p.publish_round(0, ["a", "b", "me"])
+    assert _look(p, "me", watch.Phase.WAITING) == []  # a member
+    p.publish_round(0, ["a", "b", "c"])
+    assert _look(p, "me", watch.Phase.WAITING) == [watch.SpareFound(size=3)]
+
+
+def test_a_spare_learns_how_the_job_ended() -> None:
+    p = protocol()
+    assert _look(p, "me", watch.Phase.SPARE) == []
+    p.mark_completed()
+    assert _look(p, "me", watch.Phase.SPARE) == [watch.SpareReleased(completed=True)]
+    store: Any = p.store
+    store.values["stop"] = "{}"  # a stop outranks a completion noted by a node that finished
+    assert _look(p, "me", watch.Phase.SPARE) == [watch.SpareReleased(completed=False)]
+
+
+def test_the_look_ends_once_the_node_joined() -> None:
+    p = protocol()
+    look = SpareLook(p, "me", lambda: watch.Phase.TRAINING, lambda e: None, threading.Event(), 0)
+    done = threading.Thread(target=look.run)
+    done.start()
+    done.join(2.0)
+    assert not done.is_alive()
+
+
+def test_the_watcher_counts_only_spares_that_beat() -> None:
+    p = protocol()
+    posted: List[watch.Event] = []
+    beats = Heartbeats(p, 10.0, posted.append, lambda: None, lambda: None, threading.Event())  # type: ignore[arg-type,return-value]
+    p.beat("s1")
+    p.add_spare("s1")
+    p.add_spare("m1")  # a spare that has joined the round since: a member now
+    assert beats._live_spares(["m1", "me"]) == 1
+    tracker = beats.spare_tracker
+    tracker._changed["s1"] -= 11.0  # quiet for longer than the peer timeout
+    assert beats._live_spares(["m1", "me"]) == 0
+    p.beat("s1")
+    assert beats._live_spares(["m1", "me"]) == 1
+
+
+def test_a_loss_reports_the_round_size_and_the_live_spares() -> None:
+    p = protocol()
+    posted: List[watch.Event] = []
+    current = Round("me", ["k1", "k2", "me"], True, True, recovery=True)
+    beats = Heartbeats(p, 10.0, posted.append, lambda: None, lambda: current, threading.Event())
+    p.beat("s1")
+    p.add_spare("s1")
+    beats._scan(current)
+    beats.tracker._changed["k2"] -= 11.0
+    p.beat("s1")
+    beats._scan(current)
+    (event,) = posted
+    assert isinstance(event, watch.MembersLost)
+    assert event.keys == ("k2",) and event.members == 3 and event.spares == 1
+
+
+def _session(store: FakeStore, serving: bool) -> Session:
+    node = Node(hostname="node1", node_rank=1, is_host=serving, run_id="r")
+    session = Session(node=node)
+    session.configure(node, peer_timeout=10.0, report=True, recovery=(3, 3))
+    session.protocol = JobProtocol(store)
+    session.ledger.protocol = session.protocol
+    return session
+
+
+def test_restarts_count_from_the_jobs_first_round_on_every_node() -> None:
+    store = FakeStore()
+    host, spare = _session(store, True), _session(store, False)
+    JobProtocol(store).introduce("k3", "node3", 3)
+    JobProtocol(store).introduce("k4", "node4", 4)
+    host.members = ["k0", "k3"]
+    first = host._joined([], 5)
+    assert first == watch.Joined(restart=0, size=2)
+    assert JobProtocol(store).latest_round() == (5, ("k0", "k3"))
+    before, host.members = host.members, ["k0", "k4"]
+    again = host._joined(before, 6)
+    assert again == watch.Joined(
+        restart=1, size=2, left=("node3 (node rank 3)",), came=("node4 (node rank 4)",)
+    )
+    spare_members = ["k0", "k4"]
+    spare.members = spare_members
+    assert spare._joined([], 6).restart == 1  # a spare joining later counts the same
+
+
+def test_a_spare_ends_when_torch_closes_the_rendezvous(monkeypatch: Any) -> None:
+    store = FakeStore()
+    session = _session(store, False)
+    session.state = watch.State(phase=watch.Phase.SPARE)
+    codes: List[int] = []
+    monkeypatch.setattr("os._exit", codes.append)
+
+    class RendezvousClosedError(Exception):
+        pass
+
+    session.rendezvous_failed(ValueError("not a close"))
+    assert codes == []
+    session.rendezvous_failed(RendezvousClosedError())
+    assert codes == [0]  # nothing stopped the job: it completed
+
+
+def test_a_node_that_is_out_keeps_the_rendezvous_open() -> None:
+    session = _session(FakeStore(), False)
+    assert session.may_close()
+    session.state = session.state._replace(out=True)
+    assert not session.may_close()
+
+
+def test_torchs_budget_is_capped_never_raised() -> None:
+    session = _session(FakeStore(), False)
+    session.agent = SimpleNamespace(_remaining_restarts=1)
+    session._do_SetRestarts(watch.SetRestarts(3))
+    assert session.agent._remaining_restarts == 1
+    session._do_SetRestarts(watch.SetRestarts(0))
+    assert session.agent._remaining_restarts == 0
