@@ -12,6 +12,7 @@ re-form these jobs.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import time
@@ -25,6 +26,7 @@ from tests.cluster.scenarios import Job, torchrun_argv
 
 pytestmark = pytest.mark.cluster
 
+SLOW = os.environ.get("TRJSC_SLOW_SCENARIOS") == "1"
 RESUME = Path(__file__).resolve().parent / "jobs" / "resume.py"
 #: The peer timeout of these scenarios (the smallest accepted).
 PEER_TIMEOUT = 10.0
@@ -152,52 +154,72 @@ def spare_of(job: Job, limit: float = 150.0) -> int:
     raise AssertionError(f"no node said it is a spare within {limit:.0f} s\n{job}")
 
 
-def test_a_spare_takes_a_frozen_nodes_place(five_cluster: Cluster, jobs: List[Job]) -> None:
-    """--nnodes=4 on 5 nodes: one waits as a spare; a training node (not the rendezvous host)
-    frozen → every live node says the restart, the spare takes its place, training resumes
-    from the checkpoint and completes on 4 nodes; the frozen node, thawed once the new round
-    trains, ends on its own and disturbs nothing; every live node exits 0."""
+def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
+    five_cluster: Cluster, jobs: List[Job]
+) -> None:
+    """--nnodes=3:4 on 5 nodes: one waits as a spare. A training node (not the rendezvous
+    host) frozen → every live node says restart 1, the spare takes its place, training
+    resumes from the checkpoint; the frozen node, thawed once the new round trains, ends on its
+    own and disturbs nothing. Then another node SIGKILLed, no spare left → restart 2 on 3
+    nodes, resumed again, completed; every live node exits 0."""
     cluster = five_cluster
-    job = Job(cluster, command(cluster, "4", 3), envs(cluster, 5, "spare"))
+    job = Job(cluster, command(cluster, "3:4", 3, "last_call_timeout=5"), envs(cluster, 5, "two"))
     jobs.append(job)
     spare = spare_of(job)
     first = [i for i in range(5) if i != spare]
     job.wait_for("TRJSC_TRAINING", nodes=first)
-    assert "TRJSC_RESUMED" not in job.output(spare), str(job)
+    assert "TRJSC_RESUMED" not in job.output(spare), said(job)
     frozen = max(i for i in first if i != 0)
-    live = sorted(set(range(5)) - {frozen})
+    killed = max(i for i in first if i not in (0, frozen))
     wait_for_step(job, 0, 12)
     cluster.freeze_node(frozen)
     to_step = first_step_after(job, spare, 0, TO_FIRST_STEP + 30)
-    print(f"spare: fault to the new round's first step {to_step:.1f} s")
+    print(f"two losses: the freeze to the new round's first step {to_step:.1f} s")
     line = (
         f"restart 1 of 3: node{frozen} (node rank {frozen}) lost; going on with node{spare}"
         f" (node rank {spare}) in its place"
     )
-    stayed = [i for i in live if i != spare]
+    stayed = [i for i in first if i != frozen]
     waited = time.monotonic()
     while not all(line in job.output(i) for i in stayed):
         assert time.monotonic() - waited < 30, f"{line!r} not on all of {stayed}\n{said(job)}"
         time.sleep(0.2)
-    cluster.thaw_node(frozen)
-    took = job.wait_exit([*live, frozen], 240)
-    codes = {i: job.procs[i].returncode for i in range(5)}
-    assert {i: codes[i] for i in live} == dict.fromkeys(live, 0), f"{codes}\n{said(job)}"
-    assert codes[frozen] not in (None, 0), f"{codes}\n{said(job)}"
-    assert "torchrun_jsc: this node did not run for" in job.output(frozen), str(job)
-    assert_resumed_and_completed(job, live, 4)
     joined = "torchrun_jsc: spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)"
     assert joined in job.output(spare), said(job)
-    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{job}"
-    assert job.wait_gone(list(range(5)), 20) == {}, str(job)
-    print(f"spare: every node ended {took:.0f} s after the thaw")
+    cluster.thaw_node(frozen)
+    job.wait_exit([frozen], 60)
+    assert job.procs[frozen].returncode not in (None, 0), said(job)
+    assert "torchrun_jsc: this node did not run for" in job.output(frozen), said(job)
+    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
+    # the second loss, in the round the spare joined: no spare is left, 3 nodes may go on
+    job.wait_for("step=", nodes=[spare], limit=60)
+    resumed = last_run(job.output(0)).resumed_from
+    wait_for_step(job, 0, resumed + 5)
+    cluster.signal_node(killed, signal.SIGKILL)
+    to_step = first_step_after(job, 0, 2, TO_FIRST_STEP + 30)
+    print(f"two losses: the kill to the smaller round's first step {to_step:.1f} s")
+    live = sorted(set(range(5)) - {frozen, killed})
+    took = job.wait_exit(live, 240)
+    codes = {i: job.procs[i].returncode for i in live}
+    assert codes == dict.fromkeys(live, 0), f"{codes}\n{said(job)}"
+    runs = assert_resumed_and_completed(job, live, 3)
+    assert min(r.resumed_from for r in runs.values()) >= resumed, f"{runs}\n{said(job)}"
+    shrunk = f"restart 2 of 3: node{killed} (node rank {killed}) lost; going on with 3 nodes"
+    assert all(shrunk in job.output(i) for i in live), said(job)
+    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
+    assert job.wait_gone(list(range(5)), 20) == {}, said(job)
+    print(f"two losses: every live node ended {took:.0f} s after the kill")
 
 
+@pytest.mark.slow
 def test_a_smaller_job_goes_on_after_a_node_is_killed(
     jsc_cluster: Cluster, jobs: List[Job]
 ) -> None:
     """--nnodes=3:4 on 4 nodes, every process of node3 SIGKILLed: the job resumes from its
-    checkpoint on 3 nodes and completes; every live node says the restart and exits 0."""
+    checkpoint on 3 nodes and completes; every live node says the restart and exits 0. (The
+    two-losses scenario shrinks after a kill in CI; this one runs per release in the matrix.)"""
+    if not SLOW:
+        pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
     cluster = jsc_cluster
     job = Job(
         cluster, command(cluster, "3:4", 3, "last_call_timeout=5"), envs(cluster, 4, "smaller")
@@ -220,10 +242,11 @@ def test_a_smaller_job_goes_on_after_a_node_is_killed(
     assert job.wait_gone(list(range(4)), 20) == {}, str(job)
 
 
-def test_a_job_that_cannot_go_on_stops_saying_why(jsc_cluster: Cluster, jobs: List[Job]) -> None:
+def test_a_job_that_cannot_go_on_stops_saying_why(main_cluster: Cluster, jobs: List[Job]) -> None:
     """--nnodes=4 on 4 nodes with restarts allowed but no spare: a frozen node stops the job
-    as without recovery, and the line says why it could not go on."""
-    cluster = jsc_cluster
+    as without recovery, and the line says why it could not go on. (torchrun_jsc's own
+    decision: on the first interpreter only.)"""
+    cluster = main_cluster
     job = Job(cluster, command(cluster, "4", 2), envs(cluster, 4, "cannot"))
     jobs.append(job)
     job.wait_for("TRJSC_TRAINING")
@@ -238,12 +261,16 @@ def test_a_job_that_cannot_go_on_stops_saying_why(jsc_cluster: Cluster, jobs: Li
     assert took < 60 + PEER_TIMEOUT, f"{took:.0f} s\n{job}"
 
 
+@pytest.mark.slow
 def test_a_lost_rendezvous_host_ends_every_node_and_the_spare(
     five_cluster: Cluster, jobs: List[Job]
 ) -> None:
     """--nnodes=4 on 5 nodes, node0 (it serves the store) frozen: the host cannot be replaced
     yet, so the job stops as without recovery; nothing waits on the frozen store, the spare
-    neither: every other node ends non-zero within the peer timeout and a minute more."""
+    neither: every other node ends non-zero within the peer timeout and a minute more. (Per
+    release in the matrix.)"""
+    if not SLOW:
+        pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
     cluster = five_cluster
     job = Job(cluster, command(cluster, "4", 3), envs(cluster, 5, "host"))
     jobs.append(job)
