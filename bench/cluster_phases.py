@@ -80,17 +80,23 @@ def probed(argv: List[str]) -> List[str]:
     return ["bash", "-c", STAMP, "trjsc-stamp", *out]
 
 
+WORKER_PHASES = ("worker_start", "result", "worker_end")
+
+
 def read_stamps(folder: Path) -> Times:
-    """Every stamp file of one launch, by host; a worker's stamps get a ``worker_`` name."""
+    """Every stamp file of one launch, by host; a worker's stamps get a ``worker_`` name, and
+    the CPU seconds a process had used at a stamp are under ``cpu@<stamp>``."""
     hosts: Times = {}
     for path in folder.iterdir():
         host, role, _pid = path.stem.rsplit("-", 2)
         seen = hosts.setdefault(host, {})
         for line in path.read_text().splitlines():
-            event, value = line.split()
+            event, value, *cpu = line.split()
             if role == "worker" and event in ("py_start", "cpu_self", "cpu_children"):
                 event = "worker_start" if event == "py_start" else f"worker_{event}"
             seen[event] = float(value.replace(",", "."))
+            if cpu:
+                seen[f"cpu@{event}"] = float(cpu[0])
     return hosts
 
 
@@ -98,28 +104,47 @@ def read_stamps(folder: Path) -> Times:
 OPTIONAL = ("ranks_assigned",)
 
 
+def _cpu_spans(t: Dict[str, float]) -> Dict[str, float]:
+    """The CPU seconds of each phase on one node: the agent's between its stamps, the worker's
+    between its own (its first from its start)."""
+    spans, last = {}, {"agent": 0.0, "worker": 0.0}
+    for phase in PHASE_NAMES:
+        role = "worker" if phase in WORKER_PHASES else "agent"
+        if f"cpu@{phase}" in t:
+            spans[phase] = t[f"cpu@{phase}"] - last[role]
+            last[role] = t[f"cpu@{phase}"]
+    return spans
+
+
 def summarize(hosts: Times, start: float, end: float, nodes: int) -> Dict[str, float]:
     """One launch's figures: ``last:<phase>`` (s from srun's start), ``node:<phase>`` (median
-    over nodes of the phase's own time), CPU sums and the wall time."""
+    over nodes of the phase's own time), ``cpu:<phase>`` (CPU s, sum over nodes), CPU totals
+    and the wall time."""
     for t in hosts.values():
         for phase in OPTIONAL:
-            after = t.get(PHASE_NAMES[PHASE_NAMES.index(phase) + 1])
-            if phase not in t and after is not None:
-                t[phase] = after
+            following = PHASE_NAMES[PHASE_NAMES.index(phase) + 1]
+            for key in ("", "cpu@"):
+                if key + phase not in t and key + following in t:
+                    t[key + phase] = t[key + following]
     if len(hosts) != nodes or any(set(PHASE_NAMES) - set(t) for t in hosts.values()):
         missing = {h: sorted(set(PHASE_NAMES) - set(t)) for h, t in hosts.items()}
         raise SystemExit(f"cluster_phases: stamps missing: {len(hosts)} hosts, {missing}")
     out: Dict[str, float] = {"wall": end - start}
     previous: Optional[str] = None
-    for phase, _ in PHASES:
+    cpu = [_cpu_spans(t) for t in hosts.values()]
+    for phase in PHASE_NAMES:
         out[f"last:{phase}"] = max(t[phase] for t in hosts.values()) - start
         spans = [t[phase] - (start if previous is None else t[previous]) for t in hosts.values()]
         out[f"node:{phase}"] = statistics.median(spans)
+        if all(phase in c for c in cpu):
+            out[f"cpu:{phase}"] = sum(c[phase] for c in cpu)
         previous = phase
     out["last:srun_exit"] = end - start
     out["node:srun_exit"] = end - max(t["atexit_end"] for t in hosts.values())
     out["cpu:agents"] = sum(t["cpu_self"] for t in hosts.values())
     out["cpu:workers"] = sum(t["worker_cpu_self"] for t in hosts.values())
+    agents = sorted(t["cpu_self"] for t in hosts.values())
+    out["cpu:agent_median"], out["cpu:agent_max"] = statistics.median(agents), agents[-1]
     return out
 
 
@@ -152,29 +177,33 @@ def _diff(data: Dict[str, List[Dict[str, float]]], key: str) -> float:
 def table(nodes: int, data: Dict[str, List[Dict[str, float]]]) -> str:
     """The Markdown table of one size."""
     rows = [
-        f"{nodes} nodes. Each phase ends with the stamp named; 'last node' is when the last "
-        "node got there (s from srun's start), 'per node' the phase's own time (median over "
-        "the nodes); medians over the rounds, differences torchrun_jsc - hand-fixed per round.",
+        f"{nodes} nodes. Each phase ends with the stamp named; 'last node': when the last "
+        "node got there (s from srun's start); 'per node': the phase's own wall time (median "
+        "over the nodes); 'CPU': the CPU seconds the agents (or workers) used in the phase, "
+        "summed over the nodes. Medians over the rounds; differences torchrun_jsc - "
+        "hand-fixed, median over the rounds.",
         "",
-        "| phase (ends with) | last node: hand-fixed s | last node: torchrun_jsc s | difference s "
-        "| per node: hand-fixed s | per node: torchrun_jsc s | difference s |",
-        "|---|---|---|---|---|---|---|",
+        "| phase (ends with) | last node: hand-fixed s | torchrun_jsc s | difference s "
+        "| per node: hand-fixed s | torchrun_jsc s | difference s "
+        "| CPU: hand-fixed s | torchrun_jsc s | difference s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cells(key: str, digits: int) -> str:
+        if not all(key in r for side in SIDES for r in data[side]):
+            return "| | | "
+        hand, jsc = (_med(data[side], key) for side in SIDES)
+        return f"| {hand:.{digits}f} | {jsc:.{digits}f} | {_diff(data, key):+.{digits}f} "
+
     for phase, what in (*PHASES, ("srun_exit", "srun exited (after the last exit handler)")):
-        cells = [
-            f"{_med(data[side], f'{axis}:{phase}'):.3f}"
-            for axis in ("last", "node")
-            for side in SIDES
-        ]
         rows.append(
-            f"| {phase}: {what} | {cells[0]} | {cells[1]} | {_diff(data, f'last:{phase}'):+.3f} "
-            f"| {cells[2]} | {cells[3]} | {_diff(data, f'node:{phase}'):+.3f} |"
+            f"| {phase}: {what} {cells(f'last:{phase}', 2)}{cells(f'node:{phase}', 3)}"
+            f"{cells(f'cpu:{phase}', 2)}|"
         )
     for key, what in (("cpu:agents", "agents"), ("cpu:workers", "workers")):
-        rows.append(
-            f"| CPU s of all {what} (sum over nodes) | | | | {_med(data['hand'], key):.2f} "
-            f"| {_med(data['torchrun_jsc'], key):.2f} | {_diff(data, key):+.2f} |"
-        )
+        rows.append(f"| all of the {what}' CPU | | | | | | {cells(key, 2)}|")
+    for key, what in (("cpu:agent_median", "median"), ("cpu:agent_max", "most")):
+        rows.append(f"| one agent's CPU, {what} over the nodes | | | | | | {cells(key, 2)}|")
     pairs = [j["wall"] / h["wall"] for h, j in zip(data["hand"], data["torchrun_jsc"])]
     rows += [
         "",

@@ -31,14 +31,17 @@ ENV = "TRJSC_BENCH_PHASES"
 
 
 def stamp(role: str, event: str, value: Optional[float] = None) -> None:
-    """Append ``event value`` (default: now) to this process's file."""
+    """Append ``event value cpu`` to this process's file: ``value`` (default: now) and this
+    process's CPU seconds so far (all its threads)."""
     folder = os.environ.get(ENV)
     if not folder:
         return
+    cpu = time.process_time()
+    line = f"{event} {time.time() if value is None else value:.6f} {cpu:.6f}\n"
     name = f"{folder}/{os.uname().nodename}-{role}-{os.getpid()}.txt"
     fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{event} {time.time() if value is None else value:.6f}\n".encode())
+        os.write(fd, line.encode())
     finally:
         os.close(fd)
 
