@@ -90,8 +90,14 @@ def test_the_cluster_launch_summary_follows_the_recorded_ratios() -> None:
     ratios = []
     for section in re.findall(r"<!-- bench:cluster-launch[\w-]*:begin -->(.*?)<!--", text, re.S):
         rows = [r for r in section.splitlines() if r.startswith("|")]
-        column = rows[0].split("|").index(" median paired ratio ")
-        ratios += [float(r.split("|")[column]) for r in rows[2:]]
+        header = rows[0].split("|")
+        if " median paired ratio " in header:
+            column = header.index(" median paired ratio ")
+            ratios += [float(r.split("|")[column]) for r in rows[2:]]
+        else:  # bench/cluster_phases.py: the ratio in the line under each table
+            found = re.findall(r"median paired ratio ([\d.]+)", section)
+            assert found, section[:200]
+            ratios += [float(r) for r in found]
     assert len(ratios) >= 5
     summary = next(b for b in blocks("docs/benchmarks.md") if b.startswith("* **cluster-launch**"))
     above = [r for r in ratios if r > goal]
