@@ -33,6 +33,7 @@ SUITE = (
     "tests/cluster/test_launcher.py",
     "tests/cluster/test_lifecycle.py",
     "tests/cluster/test_stops.py",
+    "tests/cluster/test_recovery.py",
     "tests/cluster/test_diagnosis.py::test_slurm_auto_configuration",
     "tests/cluster/test_preflight.py::test_good_job_ok_in_seconds",
 )
