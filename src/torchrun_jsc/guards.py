@@ -140,6 +140,20 @@ def slurm_findings(request: Request) -> List[Finding]:
                 " (or TORCHRUN_JSC_SLURM_AUTO=1)",
             )
         )
+    spares = (step.num_nodes or 0) - options.max_nodes
+    if step.in_step and spares > 0 and not single:
+        recovery = request.settings.recovery and request.settings.peer_timeout > 0
+        if options.max_restarts == 0 or not recovery:
+            why = "--max_restarts=0" if recovery else "recovery off (TORCHRUN_JSC_RECOVERY=0)"
+            findings.append(
+                Finding(
+                    "warn",
+                    f"this Slurm step spans {step.num_nodes} nodes for --nnodes="
+                    f"{options.nnodes}: {spares} of them will wait as spares, but with {why} a"
+                    " lost node stops the job and they never train; allow restarts"
+                    " (--max_restarts=3) or start as many tasks as --nnodes",
+                )
+            )
     tasks = step.tasks_on_this_node
     if step.in_step and tasks is not None and tasks > 1 and not single:
         findings.append(

@@ -199,10 +199,18 @@ def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> No
         f"restart without it (up to {restarts} times)",
         f"a spare takes its place{smaller}; the training script resumes from its checkpoint",
     )
+    step = request.slurm
+    extra = (step.num_nodes or 0) - high if step is not None and step.in_step else 0
+    here = f" ({extra} in this {step.num_nodes}-node step)" if extra > 0 and step else ""
     side.decide(
         "spares",
-        f"agents beyond {high} nodes",
+        f"agents beyond {high} nodes{here}",
         "they wait in the rendezvous, take a lost node's place, and end with the job",
+    )
+    side.decide(
+        "rendezvous host lost",
+        "the job stops",
+        "its agent serves the store; no other node takes over yet",
     )
 
 

@@ -203,3 +203,50 @@ def test_node_rank_option_is_honoured_with_c10d() -> None:
 def test_the_ib_address_is_still_advertised_with_rank_order() -> None:
     p = multi(2)
     assert f"--local_addr={ib(2)}" in p.added_args
+
+
+def recovering(
+    restarts: int, env: Optional[Dict[str, str]] = None, version: str = "2.13.0", nnodes: str = "4"
+) -> Plan:
+    argv = [f"--nnodes={nnodes}", *MULTI[1:], f"--max_restarts={restarts}", *SCRIPT]
+    return plan(argv, {"SLURM_NODEID": "1", **(env or {})}, version, node(1))
+
+
+def test_restarts_switch_recovery_on_with_the_minimum_and_the_budget() -> None:
+    p = recovering(3, nnodes="3:4")
+    found = patches(p)
+    assert found["recovery"] == {
+        "node": {**NODE1, "elastic": True},
+        "min_nodes": 3,
+        "max_restarts": 3,
+    }
+    assert decision(p, "after a lost node").startswith("restart without it (up to 3 times)")
+    assert "or on fewer nodes down to 3" in decision(p, "after a lost node")
+    assert decision(p, "rendezvous host lost").startswith("the job stops")
+    assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1") in p.env
+
+
+@pytest.mark.parametrize(
+    ("restarts", "env", "why"),
+    [(0, {}, "--max_restarts=0"), (3, {"TORCHRUN_JSC_RECOVERY": "0"}, "TORCHRUN_JSC_RECOVERY=0")],
+)
+def test_without_restarts_or_with_recovery_off_a_lost_node_stops_the_job(
+    restarts: int, env: Dict[str, str], why: str
+) -> None:
+    p = recovering(restarts, env)
+    assert "recovery" not in patches(p)
+    assert decision(p, "after a lost node") == f"the job stops ({why})"
+
+
+def test_without_restarts_the_workers_store_is_torchs_own() -> None:
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in dict(recovering(0).env)
+
+
+@pytest.mark.parametrize(
+    ("version", "wanted"), [("2.2.2", True), ("2.3.1", False), ("1.13.1", True)]
+)
+def test_spares_wait_on_torch_before_2_3_when_restarts_are_allowed(
+    version: str, wanted: bool
+) -> None:
+    assert ("spare_wait" in patches(recovering(3, version=version))) == wanted
+    assert "spare_wait" not in patches(recovering(0, version=version))
