@@ -285,3 +285,38 @@ def test_a_lost_rendezvous_host_ends_every_node_and_the_spare(
     assert "has not answered for" in job.output(spare if spare else 1), said(job)
     assert job.wait_gone(others, 20) == {}, said(job)
     print(f"host: every other node ended {took:.0f} s after the freeze (spare: node{spare})")
+
+
+@pytest.mark.slow
+def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
+    five_cluster: Cluster, jobs: List[Job]
+) -> None:
+    """--nnodes=4 on 5 nodes, a training node's IB link down (it still has its management
+    network): the spare takes its place, training resumes and completes on 4 nodes, every live
+    node exits 0; the cut-off node ends on its own (its store stopped answering). (Per release
+    in the matrix.)"""
+    if not SLOW:
+        pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
+    cluster = five_cluster
+    job = Job(cluster, command(cluster, "4", 3), envs(cluster, 5, "cut"))
+    jobs.append(job)
+    spare = spare_of(job)
+    first = [i for i in range(5) if i != spare]
+    job.wait_for("TRJSC_TRAINING", nodes=first)
+    cut = max(i for i in first if i != 0)
+    live = sorted(set(range(5)) - {cut})
+    wait_for_step(job, 0, 12)
+    cluster.link_down(cut)
+    try:
+        to_step = first_step_after(job, spare, 0, TO_FIRST_STEP + 30)
+        took = job.wait_exit(live, 240)
+        codes = {i: job.procs[i].returncode for i in live}
+        assert codes == dict.fromkeys(live, 0), f"{codes}\n{said(job)}"
+        assert_resumed_and_completed(job, live, 4)
+        job.wait_exit([cut], 60)
+        assert job.procs[cut].returncode not in (None, 0), said(job)
+        assert "has not answered for" in job.output(cut), said(job)
+        assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
+        print(f"cut off: the cut to the new round's first step {to_step:.1f} s; {took:.0f} s")
+    finally:
+        cluster.link_up(cut)
