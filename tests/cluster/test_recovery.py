@@ -129,6 +129,18 @@ def wait_for_step(job: Job, node: int, step: int, limit: float = 150.0) -> None:
     job.wait_for(f"step={step} ", nodes=[node], limit=limit)
 
 
+def steps_into_round(job: Job, node: int, rounds: int, steps: int, limit: float = 60.0) -> int:
+    """Until node ``node``'s ``rounds``-th worker group has done ``steps`` steps; the step it
+    resumed from."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        parts = job.output(node).split("TRJSC_RESUMED ")
+        if len(parts) > rounds and parts[-1].count("TRJSC_STEP ") >= steps:
+            return last_run(job.output(node)).resumed_from
+        time.sleep(0.1)
+    raise AssertionError(f"node{node}: no {steps} steps in round {rounds}\n{said(job)}")
+
+
 def first_step_after(job: Job, node: int, resumed_before: int, limit: float) -> float:
     """Seconds until node ``node`` printed a step of a worker group newer than its
     ``resumed_before``-th (the new round trains)."""
@@ -192,9 +204,7 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
     assert "torchrun_jsc: this node did not run for" in job.output(frozen), said(job)
     assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
     # the second loss, in the round the spare joined: no spare is left, 3 nodes may go on
-    job.wait_for("step=", nodes=[spare], limit=60)
-    resumed = last_run(job.output(0)).resumed_from
-    wait_for_step(job, 0, resumed + 5)
+    resumed = steps_into_round(job, 0, 2, 3)
     cluster.signal_node(killed, signal.SIGKILL)
     to_step = first_step_after(job, 0, 2, TO_FIRST_STEP + 30)
     print(f"two losses: the kill to the smaller round's first step {to_step:.1f} s")
