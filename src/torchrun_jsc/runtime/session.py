@@ -54,7 +54,7 @@ from .jobstore import JobStore
 from .ledger import LastLine, Ledger, say
 from .node import Node
 from .protocol import JobProtocol
-from .report import node_name
+from .rounds import Rounds
 from .spares import SpareLook
 from .watch import Action, Config, Event, State
 
@@ -75,8 +75,7 @@ class Session:
         self.me = ""
         self.members: List[str] = []
         self.group_rank: Optional[int] = None
-        #: The job's first round number (torch's count), once known.
-        self.first_round: Optional[int] = None
+        self.rounds: Optional[Rounds] = None
         self.spare_look: Optional[threading.Thread] = None
         #: torch's monitor interval (seconds between two looks at the workers; 5 s before 2.4).
         self.monitor_interval = 0.0
@@ -204,26 +203,9 @@ class Session:
         members, protocol = list(self.members), self.protocol
         if not self.config.recovery or protocol is None:
             return watch.Joined(size=len(members))
-        if self.serving:
-            bounded(lambda: protocol.publish_round(number, members), timing.STORE_WAIT)
-        if self.first_round is None:
-            self.first_round = bounded(lambda: protocol.first_round(number), timing.STORE_WAIT)
-        first = number if self.first_round is None else self.first_round
-        restart = max(number - first, 0)
-        if not before or restart == 0:
-            return watch.Joined(restart=restart, size=len(members))
-        return watch.Joined(
-            restart=restart,
-            size=len(members),
-            left=tuple(self._name(k) for k in before if k not in members),
-            came=tuple(self._name(k) for k in members if k not in before),
-        )
-
-    def _name(self, member: str) -> str:
-        """A member as its node's name (its key when it did not say)."""
-        protocol = self.protocol
-        who = None if protocol is None else bounded(lambda: protocol.who(member), timing.HANG)
-        return member if who is None else node_name(who.hostname, who.node_rank)
+        if self.rounds is None:
+            self.rounds = Rounds(protocol)
+        return self.rounds.joined(before, members, number, self.serving)
 
     def around_monitor(self, agent: Any, worker_group: Any, original: Any) -> Any:
         """``_monitor_workers``: answer a stop or restart; publish a final failure."""

@@ -1,0 +1,51 @@
+"""A rendezvous round as the job watch sees it (recovery): its number in the job (torch's round
+number minus the job's first, noted once in the store, so every node counts the same) and who
+left and came since this node's previous round, by name."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence, Tuple
+
+from . import timing
+from .bounded import bounded
+from .protocol import JobProtocol
+from .report import node_name
+from .watch_types import Joined
+
+
+class Rounds:
+    """The rounds of one agent."""
+
+    def __init__(self, protocol: JobProtocol) -> None:
+        self.protocol = protocol
+        #: torch's number of the job's first round, once known.
+        self.first: Optional[int] = None
+
+    def joined(
+        self, before: Sequence[str], members: Sequence[str], number: int, serving: bool
+    ) -> Joined:
+        """The event for round ``number`` with ``members`` after ``before``; the watcher
+        (``serving``) publishes the round for the agents not in it (spares)."""
+        protocol = self.protocol
+        if serving:
+            bounded(lambda: protocol.publish_round(number, members), timing.STORE_WAIT)
+        if self.first is None:
+            self.first = bounded(lambda: protocol.first_round(number), timing.STORE_WAIT)
+        restart = max(number - (number if self.first is None else self.first), 0)
+        if not before or restart == 0:
+            return Joined(restart=restart, size=len(members))
+        return Joined(
+            restart=restart,
+            size=len(members),
+            left=self._names(k for k in before if k not in members),
+            came=self._names(k for k in members if k not in before),
+        )
+
+    def _names(self, members: Iterable[str]) -> Tuple[str, ...]:
+        return tuple(self.name(m) for m in members)
+
+    def name(self, member: str) -> str:
+        """A member as its node's name (its key when it did not say)."""
+        protocol = self.protocol
+        who = bounded(lambda: protocol.who(member), timing.HANG)
+        return member if who is None else node_name(who.hostname, who.node_rank)

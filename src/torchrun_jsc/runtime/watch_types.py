@@ -1,0 +1,273 @@
+"""The job watch's vocabulary: the phases of a node, its state and configuration, the events
+that move it and the actions :func:`torchrun_jsc.runtime.watch.decide` returns (all immutable
+values; the decisions are in :mod:`torchrun_jsc.runtime.watch`)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import NamedTuple, Optional, Tuple, Union
+
+from .report import Record
+
+
+class Phase(Enum):
+    """Where this node's part of the job stands."""
+
+    WAITING = "waiting for the first rendezvous round"
+    SPARE = "a spare: waiting to take a lost node's place"
+    TRAINING = "workers running"
+    RESTARTING = "restarting the workers without a lost node"
+    FINISHED = "workers finished; in torch's exit barrier"
+    FAILED = "workers failed, no restarts left"
+    STOPPING = "the job failed: stopping this node's workers"
+    LEAVING = "the job failed after this node's workers finished: ending"
+
+
+class Ask(Enum):
+    """What torch's monitor is told at its next look."""
+
+    STOP = "stop the workers, no restarts"
+    RESTART = "restart the workers (torch re-forms the round)"
+
+
+class Config(NamedTuple):
+    """What the plan switched on for this node, and who it is."""
+
+    hostname: str = ""
+    node_rank: Optional[int] = None
+    endpoint: str = ""
+    #: Seconds a member may be quiet before it is lost; 0: peers are not watched.
+    peer_timeout: float = 0.0
+    #: Whether the first-failure report is on (records in the store, the last line).
+    report: bool = False
+    #: ``--nnodes=MIN:MAX``: torch can go on without a lost node.
+    elastic: bool = False
+    #: Recovery: a lost node restarts the job without it (spares, a smaller job).
+    recovery: bool = False
+    #: ``--nnodes``' minimum and ``--max_restarts`` (recovery).
+    min_nodes: int = 1
+    max_restarts: int = 0
+    run_id: str = ""
+
+    @property
+    def watching_peers(self) -> bool:
+        """Whether heartbeats are on."""
+        return self.peer_timeout > 0
+
+
+class State(NamedTuple):
+    """The watch's state (immutable; :func:`decide` returns the next one)."""
+
+    phase: Phase = Phase.WAITING
+    answer: Optional[Ask] = None
+    failed: bool = False
+    succeeded: bool = False
+    exiting: bool = False
+    #: The restarts said so far (recovery).
+    restarts: int = 0
+    #: This node is out of the job (frozen, cut off): the others may go on without it.
+    out: bool = False
+
+
+# ---------------------------------------------------------------------------- events
+
+
+class Joined(NamedTuple):
+    """A rendezvous round formed with this node in it: its ``size``, the job's restart count
+    (``restart``; 0 for the first round), and the names of the nodes that ``left`` and
+    ``came`` since this node's previous round."""
+
+    restart: int = 0
+    size: int = 0
+    left: Tuple[str, ...] = ()
+    came: Tuple[str, ...] = ()
+
+
+class SpareFound(NamedTuple):
+    """Before joining, this node found a round of ``size`` nodes formed without it."""
+
+    size: int
+
+
+class SpareReleased(NamedTuple):
+    """The job this spare waited for ended: ``completed``, or it stopped."""
+
+    completed: bool
+
+
+class MembersLost(NamedTuple):
+    """The watcher found members quiet for the peer timeout: their store ``keys`` (in key
+    order), the first one's ``hostname`` and ``node_rank``, how long it has been ``quiet`` and
+    when it was last heard from (wall clock); whether torch has restarts left."""
+
+    keys: Tuple[str, ...]
+    hostname: str
+    node_rank: Optional[int]
+    quiet: float
+    last_seen: float
+    restarts_left: bool
+    #: The round's size and the live spares waiting (recovery).
+    members: int = 0
+    spares: int = 0
+
+
+class ToldToStop(NamedTuple):
+    """This node's heartbeat came back as a stop (``cause``: the stop record, if readable)."""
+
+    cause: Optional[Record] = None
+
+
+class StoreQuiet(NamedTuple):
+    """The watchdog's look at the store connection: the operation in flight has run for
+    ``stuck`` seconds, the last one that succeeded ended ``silent`` seconds ago; ``paused``:
+    how much longer than its period the watchdog's last look is ago (this node's processes
+    were stopped, e.g. frozen, when that reaches the peer timeout)."""
+
+    stuck: float
+    silent: float
+    now: float
+    paused: float = 0.0
+
+
+class MonitorLooks(NamedTuple):
+    """torch's monitor is about to look at the workers."""
+
+
+class WorkersEnded(NamedTuple):
+    """torch's monitor found the workers ended: ``succeeded``, or failed (``record``: this
+    node's account); ``final``: no restarts are left."""
+
+    succeeded: bool
+    final: bool
+    record: Optional[Record] = None
+
+
+class StopSeen(NamedTuple):
+    """At the process's end, the store says another node stopped the job."""
+
+
+class Exiting(NamedTuple):
+    """The agent process ends."""
+
+
+Event = Union[
+    Joined,
+    SpareFound,
+    SpareReleased,
+    MembersLost,
+    ToldToStop,
+    StoreQuiet,
+    MonitorLooks,
+    WorkersEnded,
+    StopSeen,
+    Exiting,
+]
+
+
+# ---------------------------------------------------------------------------- actions
+
+
+class Say(NamedTuple):
+    """Print ``line`` on this node's stderr."""
+
+    line: str
+
+
+class StartWatch(NamedTuple):
+    """Start the heartbeat and watchdog threads."""
+
+
+class Rewatch(NamedTuple):
+    """Watch the round's members without ``lost`` from now on."""
+
+    lost: Tuple[str, ...]
+
+
+class Publish(NamedTuple):
+    """Keep ``record`` (a lost node or host) and, unless ``local``, write it to the store;
+    ``unread``: store keys of members that will not read the records."""
+
+    record: Record
+    local: bool = False
+    unread: Tuple[str, ...] = ()
+
+
+class TellStop(NamedTuple):
+    """Tell every other member to stop, ``cause`` being why."""
+
+    cause: Record
+
+
+class PublishOwn(NamedTuple):
+    """This node's account of its workers (one per node); ``tell``: if it became this node's
+    record, tell every other member to stop."""
+
+    record: Record
+    tell: bool = False
+
+
+class ZeroRestarts(NamedTuple):
+    """torch's agent must not restart its workers any more."""
+
+
+class StopWorkers(NamedTuple):
+    """Stop this node's workers; end the process if the agent does not end by itself."""
+
+
+class Leave(NamedTuple):
+    """Print the last line and end the process with 0, out of torch's exit barrier."""
+
+
+class MarkDone(NamedTuple):
+    """Tell the watcher that this node's workers are done (its answer may be a stop)."""
+
+
+class Answer(NamedTuple):
+    """What torch's monitor is told (None: it looks as usual)."""
+
+    kind: Optional[Ask]
+
+
+class LookForStop(NamedTuple):
+    """Look in the store whether another node stopped the job (posts :class:`StopSeen`)."""
+
+
+class RegisterSpare(NamedTuple):
+    """Tell the watcher that this node waits as a spare."""
+
+
+class SetRestarts(NamedTuple):
+    """torch's agent has at most ``left`` restarts (the job's count, not the agent's own)."""
+
+    left: int
+
+
+class EndSpare(NamedTuple):
+    """End this spare's process with ``code`` (the last line first, if the job failed)."""
+
+    code: int
+
+
+class MarkCompleted(NamedTuple):
+    """Note in the store that the whole job completed (the spares end then)."""
+
+
+Action = Union[
+    Say,
+    StartWatch,
+    Rewatch,
+    Publish,
+    TellStop,
+    PublishOwn,
+    ZeroRestarts,
+    StopWorkers,
+    Leave,
+    MarkDone,
+    Answer,
+    LookForStop,
+    RegisterSpare,
+    SetRestarts,
+    EndSpare,
+    MarkCompleted,
+]
+Decision = Tuple[State, Tuple[Action, ...]]
