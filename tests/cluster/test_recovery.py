@@ -330,3 +330,27 @@ def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
         print(f"cut off: the cut to the new round's first step {to_step:.1f} s; {took:.0f} s")
     finally:
         cluster.link_up(cut)
+
+
+@pytest.mark.slow
+def test_a_spare_that_is_not_needed_ends_with_the_job(
+    five_cluster: Cluster, jobs: List[Job]
+) -> None:
+    """--nnodes=4 on 5 nodes and no fault: the four train to the end, the spare says it was
+    not needed and every node, the spare included, exits 0 (torch closes the rendezvous at the
+    end; on 2.3+ a spare in its redundancy list would otherwise end with an error). (Per
+    release in the matrix.)"""
+    if not SLOW:
+        pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
+    cluster = five_cluster
+    job = Job(cluster, command(cluster, "4", 3), envs(cluster, 5, "unneeded"))
+    jobs.append(job)
+    spare = spare_of(job)
+    took = job.wait_exit(list(range(5)), 240)
+    codes = {i: job.procs[i].returncode for i in range(5)}
+    assert codes == dict.fromkeys(range(5), 0), f"{codes}\n{said(job)}"
+    line = "torchrun_jsc: spare: the job completed without needing this node"
+    assert line in job.output(spare), said(job)
+    assert "TRJSC_RESUMED" not in job.output(spare), said(job)
+    assert "restart 1 of" not in "".join(job.output(i) for i in range(5)), said(job)
+    print(f"unneeded spare: every node ended {took:.0f} s after the start")
