@@ -165,3 +165,21 @@ def test_torchs_budget_is_capped_never_raised() -> None:
     assert session.agent._remaining_restarts == 1
     session._do_SetRestarts(watch.SetRestarts(0))
     assert session.agent._remaining_restarts == 0
+
+
+def test_spares_are_read_once_each_and_a_half_written_slot_next_time() -> None:
+    p = protocol()
+    p.add_spare("s1")
+    store: Any = p.store
+    store.values["spare/n"] = "2"  # the second spare took its slot but has not written it yet
+    assert p.spares() == ["s1"]
+    assert p.spares(1) == []
+    store.values["spare/2"] = "s2"
+    assert p.spares(1) == ["s2"]
+    peeks = store.calls.count("peek")
+    posted: List[watch.Event] = []
+    beats = Heartbeats(p, 10.0, posted.append, lambda: None, lambda: None, threading.Event())  # type: ignore[arg-type,return-value]
+    beats._live_spares([])
+    beats._live_spares([])
+    assert beats._registered == ["s1", "s2"]
+    assert store.calls.count("peek") - peeks == 2  # the second scan reads no slot again

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, List, NamedTuple, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from . import heartbeats, timing
 from .heartbeats import Tracker
-from .protocol import JobProtocol
+from .protocol import Beat, JobProtocol
 from .watch import Event, MembersLost, StoreQuiet
 
 
@@ -48,6 +48,8 @@ class Heartbeats:
         self._known: List[str] = []
         self.spare_tracker = Tracker(timeout)
         self._spares: List[str] = []
+        #: Every spare key read from the store so far (only new slots are read again).
+        self._registered: List[str] = []
 
     def run(self) -> None:
         """The heartbeat thread's loop, until the process ends."""
@@ -77,13 +79,20 @@ class Heartbeats:
         if paused >= self.timeout:
             self.post(paused_for(self.protocol, paused))
 
+    def _follow(
+        self, tracker: Tracker, keys: List[str], known: List[str]
+    ) -> Dict[str, Optional[Beat]]:
+        """The counters of ``keys``; when they are not the ``known`` ones (updated in place),
+        their counters are made to exist first and ``tracker`` watches exactly them."""
+        if keys != known:
+            self.protocol.watch(keys)
+            tracker.members(keys, time.monotonic())
+            known[:] = keys
+        return self.protocol.beats(keys) if keys else {}
+
     def _scan(self, current: Round) -> None:
         members = list(current.members)
-        if members != self._known:
-            self.protocol.watch(members)
-            self.tracker.members(members, time.monotonic())
-            self._known = members
-        beats = self.protocol.beats(members)
+        beats = self._follow(self.tracker, members, self._known)
         now = time.monotonic()
         for key, beat in beats.items():
             if beat is not None and beat.done:
@@ -109,14 +118,11 @@ class Heartbeats:
 
     def _live_spares(self, members: Sequence[str]) -> int:
         """How many registered spares beat within the peer timeout (outside the round)."""
-        spares = [s for s in self.protocol.spares() if s not in members]
-        if spares != self._spares:
-            self.protocol.watch(spares)
-            self.spare_tracker.members(spares, time.monotonic())
-            self._spares = spares
+        self._registered += self.protocol.spares(len(self._registered))
+        spares = [s for s in self._registered if s not in members]
+        beats = self._follow(self.spare_tracker, spares, self._spares)
         if not spares:
             return 0
-        beats = self.protocol.beats(spares)
         values = {k: None if b is None else b.beats for k, b in beats.items()}
         quiet = self.spare_tracker.observe(values, time.monotonic())
         return len([s for s in spares if s not in quiet])

@@ -197,14 +197,17 @@ class JobProtocol:
         slot = self.store.add("spare/n", 1)
         self.store.set(f"spare/{slot}", member)
 
-    def spares(self) -> List[str]:
-        """Every member key ever registered as a spare, in order."""
+    def spares(self, after: int = 0) -> List[str]:
+        """The member keys registered as spares after the first ``after``, in order (a reader
+        that keeps what it read asks only for the new ones). Stops at a slot whose writer is
+        between its two operations: that one is read next time."""
         count = self.store.add("spare/n", 0)
         found: List[str] = []
-        for slot in range(1, count + 1):
+        for slot in range(after + 1, count + 1):
             key = self.store.peek(f"spare/{slot}")
-            if key:  # None while its writer is between its two operations
-                found.append(key)
+            if not key:
+                break
+            found.append(key)
         return found
 
     def mark_completed(self) -> None:
