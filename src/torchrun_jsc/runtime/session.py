@@ -230,8 +230,9 @@ class Session:
         return result
 
     def _look_at_pause(self) -> None:
-        """A node that did not run for the peer timeout (thawed) must not let torch restart
-        its workers into a round that went on without it: decided before torch's monitor."""
+        """Whether this node did not run for the peer timeout (thawed), decided now rather
+        than at the watch threads' next look: before torch's monitor (it must not restart the
+        workers into a round that went on without this node) and at the process's end."""
         watchdog, protocol = self.watchdog, self.protocol
         timeout = self.config.peer_timeout
         if watchdog is not None and protocol is not None and timeout > 0:
@@ -326,10 +327,7 @@ class Session:
 
     def _do_EndSpare(self, action: watch.EndSpare) -> None:
         self.print_last_line()
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(action.code)
+        _exit_now(action.code)
 
     def _do_MarkCompleted(self, action: watch.MarkCompleted) -> None:
         protocol = self.protocol
@@ -420,9 +418,7 @@ class Session:
         """Leave torch's exit barrier: print the last line, end with 0."""
         self.print_last_line()
         if not self.state.exiting:  # torch's main thread is still in its exit barrier
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-            os._exit(0)
+            _exit_now(0)
 
     def stop_workers(self) -> None:
         """Stop this node's workers and publish that (a STOPPED record) unless they had all
@@ -438,13 +434,9 @@ class Session:
         stop the job watch's threads before the interpreter ends (a thread inside a store call
         while the process tears down torch's objects can abort it)."""
         try:
-            watchdog, protocol = self.watchdog, self.protocol
-            if watchdog is not None and protocol is not None:
-                # thawed: torch's main thread may end the agent before either watch thread
-                # has looked again
-                paused = watchdog.paused()
-                if paused >= self.config.peer_timeout:
-                    self.post(paused_for(protocol, paused))
+            # thawed: torch's main thread may end the agent before either watch thread has
+            # looked again
+            self._look_at_pause()
             self.post(watch.Exiting())
             self.print_last_line()
         finally:
@@ -474,6 +466,15 @@ class Session:
         timeout = self.config.peer_timeout
         beat = heartbeats.interval_for(timeout) if timeout > 0 else 0.0
         return timing.SETTLE + max(self.monitor_interval, beat)
+
+
+def _exit_now(code: int) -> None:
+    """End the process with ``code`` at once (torch's main thread may be blocked), its output
+    flushed first."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def _key(node: Any) -> str:
