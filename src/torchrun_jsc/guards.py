@@ -140,8 +140,8 @@ def slurm_findings(request: Request) -> List[Finding]:
                 " (or TORCHRUN_JSC_SLURM_AUTO=1)",
             )
         )
-    spares = (step.num_nodes or 0) - options.max_nodes
-    if step.in_step and spares > 0 and not single:
+    spares = step.nodes_beyond(options.max_nodes)
+    if spares > 0 and not single:
         recovery = request.settings.recovery and request.settings.peer_timeout > 0
         if options.max_restarts == 0 or not recovery:
             why = "--max_restarts=0" if recovery else "recovery off (TORCHRUN_JSC_RECOVERY=0)"

@@ -200,8 +200,8 @@ def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> No
         f"a spare takes its place{smaller}; the training script resumes from its checkpoint",
     )
     step = request.slurm
-    extra = (step.num_nodes or 0) - high if step is not None and step.in_step else 0
-    here = f" ({extra} in this {step.num_nodes}-node step)" if extra > 0 and step else ""
+    extra = 0 if step is None else step.nodes_beyond(high)
+    here = f" ({extra} in this {step.num_nodes}-node step)" if extra and step else ""
     side.decide(
         "spares",
         f"agents beyond {high} nodes{here}",

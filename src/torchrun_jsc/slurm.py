@@ -336,6 +336,13 @@ class SlurmStep(NamedTuple):
             return sum(_item_size(item) for item in _parse_hostlist(self.nodelist)) > 1
         return len(self.tasks_per_node) > 1
 
+    def nodes_beyond(self, nodes: int) -> int:
+        """How many of this step's nodes are beyond ``nodes`` (spares for ``--nnodes``' maximum;
+        0 outside a step or when its size is unknown)."""
+        if not self.in_step or self.num_nodes is None:
+            return 0
+        return max(self.num_nodes - nodes, 0)
+
     @property
     def tasks_on_this_node(self) -> Optional[int]:
         """The task count of this node from ``tasks_per_node`` and ``node_id``, if known."""

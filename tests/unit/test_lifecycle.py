@@ -250,3 +250,17 @@ def test_spares_wait_on_torch_before_2_3_when_restarts_are_allowed(
 ) -> None:
     assert ("spare_wait" in patches(recovering(3, version=version))) == wanted
     assert "spare_wait" not in patches(recovering(0, version=version))
+
+
+def test_explain_counts_the_spares_of_this_step() -> None:
+    step = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NUM_NODES": "5",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x5)",
+        "SLURM_STEP_NODELIST": "node[0-4]",
+    }
+    assert decision(recovering(3, step), "spares").startswith(
+        "agents beyond 4 nodes (1 in this 5-node step)"
+    )
+    assert decision(recovering(3), "spares").startswith("agents beyond 4 nodes (they wait")
