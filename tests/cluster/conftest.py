@@ -18,6 +18,7 @@ from typing import Callable
 import pytest
 
 from tests.cluster.harness import Cluster, free_prefix, missing_requirements
+from tests.cluster.scenarios import Job
 
 HERE = Path(__file__).resolve().parent
 _why: list[str] | None = None
@@ -138,3 +139,12 @@ def main_cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
 def five_cluster(make_cluster: Callable[..., Cluster], launcher_python: Path) -> Cluster:
     """A running 5-node cluster whose nodes run ``launcher_python``: four train, one spare."""
     return make_cluster(nodes=5, prefix="trjr", python=launcher_python)
+
+
+@pytest.fixture
+def job_cleanup() -> Iterator[list[Job]]:
+    """The jobs a scenario started (it appends them): stopped at its end, whatever happened."""
+    jobs: list[Job] = []
+    yield jobs
+    for job in jobs:
+        job.stop()

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import pytest
 
@@ -53,14 +53,6 @@ def argv(
 def envs(n: int = 4, **extra: str) -> List[Dict[str, str]]:
     base = {"TRJSC_TRAIN_SECONDS": "900", "TRJSC_PG_TIMEOUT": "1800", **extra}
     return [{"TORCHRUN_JSC_NODE_RANK": str(i), **base} for i in range(n)]
-
-
-@pytest.fixture
-def job_cleanup() -> Iterator[List[Job]]:
-    jobs: List[Job] = []
-    yield jobs
-    for job in jobs:
-        job.stop()
 
 
 def training(cluster: Cluster, jobs: List[Job], **extra: str) -> Job:

@@ -17,7 +17,7 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, NamedTuple, Sequence
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 import pytest
 
@@ -117,14 +117,6 @@ def envs(cluster: Cluster, n: int, name: str) -> List[Dict[str, str]]:
     return [{"TORCHRUN_JSC_NODE_RANK": str(i), **base} for i in range(n)]
 
 
-@pytest.fixture
-def jobs() -> Iterator[List[Job]]:
-    made: List[Job] = []
-    yield made
-    for job in made:
-        job.stop()
-
-
 def wait_for_step(job: Job, node: int, step: int, limit: float = 150.0) -> None:
     job.wait_for(f"step={step} ", nodes=[node], limit=limit)
 
@@ -166,8 +158,19 @@ def spare_of(job: Job, limit: float = 150.0) -> int:
     raise AssertionError(f"no node said it is a spare within {limit:.0f} s\n{job}")
 
 
+def with_a_spare(
+    cluster: Cluster, jobs: List[Job], name: str, nnodes: str = "4", conf: str = ""
+) -> Tuple[Job, int, List[int]]:
+    """A job on all 5 nodes of ``cluster`` for ``--nnodes`` up to 4 and 3 restarts: the job, its
+    spare (whichever came last to the first round) and the nodes of that round."""
+    job = Job(cluster, command(cluster, nnodes, 3, conf), envs(cluster, 5, name))
+    jobs.append(job)
+    spare = spare_of(job)
+    return job, spare, [i for i in range(5) if i != spare]
+
+
 def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
-    five_cluster: Cluster, jobs: List[Job]
+    five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
     """--nnodes=3:4 on 5 nodes: one waits as a spare. A training node (not the rendezvous
     host) frozen → every live node says restart 1, the spare takes its place, training
@@ -175,10 +178,7 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
     own and disturbs nothing. Then another node SIGKILLed, no spare left → restart 2 on 3
     nodes, resumed again, completed; every live node exits 0."""
     cluster = five_cluster
-    job = Job(cluster, command(cluster, "3:4", 3, "last_call_timeout=5"), envs(cluster, 5, "two"))
-    jobs.append(job)
-    spare = spare_of(job)
-    first = [i for i in range(5) if i != spare]
+    job, spare, first = with_a_spare(cluster, job_cleanup, "two", "3:4", "last_call_timeout=5")
     job.wait_for("TRJSC_TRAINING", nodes=first)
     assert "TRJSC_RESUMED" not in job.output(spare), said(job)
     frozen = max(i for i in first if i != 0)
@@ -223,7 +223,7 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
 
 @pytest.mark.slow
 def test_a_smaller_job_goes_on_after_a_node_is_killed(
-    jsc_cluster: Cluster, jobs: List[Job]
+    jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
     """--nnodes=3:4 on 4 nodes, every process of node3 SIGKILLed: the job resumes from its
     checkpoint on 3 nodes and completes; every live node says the restart and exits 0. (The
@@ -234,7 +234,7 @@ def test_a_smaller_job_goes_on_after_a_node_is_killed(
     job = Job(
         cluster, command(cluster, "3:4", 3, "last_call_timeout=5"), envs(cluster, 4, "smaller")
     )
-    jobs.append(job)
+    job_cleanup.append(job)
     job.wait_for("TRJSC_TRAINING")
     wait_for_step(job, 0, 12)
     cluster.signal_node(3, signal.SIGKILL)
@@ -252,13 +252,15 @@ def test_a_smaller_job_goes_on_after_a_node_is_killed(
     assert job.wait_gone(list(range(4)), 20) == {}, str(job)
 
 
-def test_a_job_that_cannot_go_on_stops_saying_why(main_cluster: Cluster, jobs: List[Job]) -> None:
+def test_a_job_that_cannot_go_on_stops_saying_why(
+    main_cluster: Cluster, job_cleanup: List[Job]
+) -> None:
     """--nnodes=4 on 4 nodes with restarts allowed but no spare: a frozen node stops the job
     as without recovery, and the line says why it could not go on. (torchrun_jsc's own
     decision: on the first interpreter only.)"""
     cluster = main_cluster
     job = Job(cluster, command(cluster, "4", 2), envs(cluster, 4, "cannot"))
-    jobs.append(job)
+    job_cleanup.append(job)
     job.wait_for("TRJSC_TRAINING")
     wait_for_step(job, 0, 8)
     cluster.freeze_node(3)
@@ -273,7 +275,7 @@ def test_a_job_that_cannot_go_on_stops_saying_why(main_cluster: Cluster, jobs: L
 
 @pytest.mark.slow
 def test_a_lost_rendezvous_host_ends_every_node_and_the_spare(
-    five_cluster: Cluster, jobs: List[Job]
+    five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
     """--nnodes=4 on 5 nodes, node0 (it serves the store) frozen: the host cannot be replaced
     yet, so the job stops as without recovery; nothing waits on the frozen store, the spare
@@ -282,10 +284,8 @@ def test_a_lost_rendezvous_host_ends_every_node_and_the_spare(
     if not SLOW:
         pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
     cluster = five_cluster
-    job = Job(cluster, command(cluster, "4", 3), envs(cluster, 5, "host"))
-    jobs.append(job)
-    spare = spare_of(job)
-    job.wait_for("TRJSC_TRAINING", nodes=[i for i in range(5) if i != spare])
+    job, spare, first = with_a_spare(cluster, job_cleanup, "host")
+    job.wait_for("TRJSC_TRAINING", nodes=first)
     cluster.freeze_node(0)
     others = [1, 2, 3, 4]
     took = job.wait_exit(others, PEER_TIMEOUT + 60)
@@ -299,7 +299,7 @@ def test_a_lost_rendezvous_host_ends_every_node_and_the_spare(
 
 @pytest.mark.slow
 def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
-    five_cluster: Cluster, jobs: List[Job]
+    five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
     """--nnodes=4 on 5 nodes, a training node's IB link down (it still has its management
     network): the spare takes its place, training resumes and completes on 4 nodes, every live
@@ -308,10 +308,7 @@ def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
     if not SLOW:
         pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
     cluster = five_cluster
-    job = Job(cluster, command(cluster, "4", 3), envs(cluster, 5, "cut"))
-    jobs.append(job)
-    spare = spare_of(job)
-    first = [i for i in range(5) if i != spare]
+    job, spare, first = with_a_spare(cluster, job_cleanup, "cut")
     job.wait_for("TRJSC_TRAINING", nodes=first)
     cut = max(i for i in first if i != 0)
     live = sorted(set(range(5)) - {cut})
@@ -334,7 +331,7 @@ def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
 
 @pytest.mark.slow
 def test_a_spare_that_is_not_needed_ends_with_the_job(
-    five_cluster: Cluster, jobs: List[Job]
+    five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
     """--nnodes=4 on 5 nodes and no fault: the four train to the end, the spare says it was
     not needed and every node, the spare included, exits 0 (torch closes the rendezvous at the
@@ -342,10 +339,7 @@ def test_a_spare_that_is_not_needed_ends_with_the_job(
     release in the matrix.)"""
     if not SLOW:
         pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
-    cluster = five_cluster
-    job = Job(cluster, command(cluster, "4", 3), envs(cluster, 5, "unneeded"))
-    jobs.append(job)
-    spare = spare_of(job)
+    job, spare, _ = with_a_spare(five_cluster, job_cleanup, "unneeded")
     took = job.wait_exit(list(range(5)), 240)
     codes = {i: job.procs[i].returncode for i in range(5)}
     assert codes == dict.fromkeys(range(5), 0), f"{codes}\n{said(job)}"
