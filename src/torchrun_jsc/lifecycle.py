@@ -10,6 +10,7 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 | grace between SIGTERM and SIGKILL | ``term_grace`` | when ``TORCHRUN_JSC_TERM_GRACE`` is set |
 | lost nodes stop the job | ``peer_watch`` | multi-node c10d launches torchrun_jsc fixes |
 | going on without a lost node; spares | ``recovery`` | those, with ``--max_restarts`` > 0 |
+| requeue after the warning signal or a failure | ``requeue`` | ``TORCHRUN_JSC_REQUEUE=1`` |
 | the job's first failure, last line | ``failure_report`` | every launch |
 | a stop by a signal, one line | ``stop_signal`` | every launch (with the failure report) |
 | wait for a late rendezvous host | ``wait_for_host`` | nodes that do not host the store |
@@ -26,6 +27,7 @@ from .patches import params
 from .patches.params import AGENT_SIDE
 from .request import Request
 from .runtime.node import Node
+from .runtime.requeue import Budget
 from .versions import OWN_SESSION_FROM, TorchVersion
 
 #: The patches this module decides (all others fix the start).
@@ -100,6 +102,7 @@ def plan_agent_side(
         )
     else:
         side.decide("failure report", "off", "TORCHRUN_JSC_FAILURE_REPORT=0")
+    _requeue(side, request, node, forward)
     if fixing:
         _wait_for_host(side, request, facts, is_host)
         _rank_order(side, request)
@@ -211,6 +214,51 @@ def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> No
         "rendezvous host lost",
         "the job stops",
         "its agent serves the store; no other node takes over yet",
+    )
+
+
+def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, ...]) -> None:
+    settings, step = request.settings, request.slurm
+    if not settings.requeue:
+        side.decide("requeue", "off", "TORCHRUN_JSC_REQUEUE=0")
+        return
+    assert step is not None and step.job_id is not None  # Settings refuses it otherwise
+    budget = Budget(
+        job=step.job_id,
+        done=step.restart_count or 0,
+        most=settings.requeue_max,
+        min_run=settings.requeue_min_run,
+        grace=settings.requeue_grace,
+        signal=settings.requeue_signal,
+    )
+    side.patch(params.Requeue(node=node, budget=budget), f"job {budget.job} back into the queue")
+    signal = budget.signal
+    reach = (
+        "passed on to the workers unless they got it"
+        if signal in forward
+        else "not passed on to the workers (TORCHRUN_JSC_FORWARD_SIGNALS)"
+    )
+    side.decide(
+        f"requeue after {signal}",
+        f"the workers have {budget.grace:g} s to save and end",
+        f"{reach}; then one node requeues job {budget.job} (scontrol requeue)",
+    )
+    failure = (
+        "requeued, the lost nodes excluded"
+        if settings.failure_report
+        else "not requeued (TORCHRUN_JSC_FAILURE_REPORT=0)"
+    )
+    side.decide(
+        "requeue after a failure",
+        failure,
+        "one the job cannot recover from inside its allocation",
+    )
+    left = max(budget.most - budget.done, 0)
+    side.decide(
+        "requeues left",
+        f"{left} of {budget.most}",
+        f"SLURM_RESTART_COUNT={budget.done}; none after a run shorter than"
+        f" {budget.min_run:g} s (TORCHRUN_JSC_REQUEUE_MIN_RUN)",
     )
 
 

@@ -9,17 +9,19 @@ bounds live in :mod:`torchrun_jsc.settings_values`.
 from __future__ import annotations
 
 import signal
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from . import envvars
 from .errors import ConfigError
 from .patches.wait_for_host import SAY_EVERY
+from .settings_requeue import REQUEUE_VARIABLES
 from .settings_values import (
     FORWARDABLE,
     MAX_NODE_RANK,
     MAX_SECONDS,
     MIN_PEER_TIMEOUT,
     SWITCH,
+    Variable,
     choice,
     explain_format,
     peer_seconds,
@@ -31,24 +33,6 @@ from .settings_values import (
     switch,
 )
 from .torch_defaults import JOIN_TIMEOUT, READ_TIMEOUT, TERM_GRACE
-
-
-class Variable(NamedTuple):
-    """One documented environment variable; ``default`` is the value used when it is unset.
-
-    ``accepted`` goes into error messages; ``short`` and ``meaning`` (markdown) into the README's
-    settings table, which :func:`markdown_table` writes.
-    """
-
-    name: str
-    field: str
-    parse: Callable[[str], Any]
-    default: Any
-    shown_default: str
-    accepted: str
-    meaning: str
-    short: str = ""
-
 
 VARIABLES: Tuple[Variable, ...] = (
     Variable(
@@ -371,6 +355,7 @@ VARIABLES: Tuple[Variable, ...] = (
         ),
         short="`node`, `torch`",
     ),
+    *REQUEUE_VARIABLES,
 )
 
 _BY_NAME: Dict[str, Variable] = {v.name: v for v in VARIABLES}
@@ -418,6 +403,11 @@ class Settings(NamedTuple):
     recovery: bool
     wait_for_host: bool
     rank_order: Optional[str]
+    requeue: bool
+    requeue_max: int
+    requeue_min_run: float
+    requeue_grace: float
+    requeue_signal: str
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -435,6 +425,11 @@ class Settings(NamedTuple):
             raise ConfigError(
                 "TORCHRUN_JSC_EXPLAIN and TORCHRUN_JSC_PREFLIGHT are both set; accepted: one of"
                 " them (explain shows this node's plan, the preflight checks the whole job)"
+            )
+        if settings.requeue and not envvars.value(env, "SLURM_JOB_ID"):
+            raise ConfigError(
+                "TORCHRUN_JSC_REQUEUE=1 outside a Slurm job (no SLURM_JOB_ID); accepted: 0 or"
+                " unset, or 1 in a batch job submitted with sbatch --requeue"
             )
         return settings
 

@@ -7,7 +7,7 @@ Each parser takes the variable's text and returns its value or raises :class:`Va
 from __future__ import annotations
 
 import math
-from typing import Callable, Tuple
+from typing import Any, Callable, NamedTuple, Tuple
 
 #: Largest node rank accepted anywhere (far above any machine's node count).
 MAX_NODE_RANK = 1_000_000
@@ -111,3 +111,39 @@ def choice(*options: str) -> Callable[[str], str]:
         return text
 
     return parse
+
+
+class Variable(NamedTuple):
+    """One documented environment variable; ``default`` is the value used when it is unset.
+
+    ``accepted`` goes into error messages; ``short`` and ``meaning`` (markdown) into the README's
+    settings table, which :func:`markdown_table` writes.
+    """
+
+    name: str
+    field: str
+    parse: Callable[[str], Any]
+    default: Any
+    shown_default: str
+    accepted: str
+    meaning: str
+    short: str = ""
+
+
+def count(most: int) -> Callable[[str], int]:
+    """A parser of an integer in 0..``most`` (ASCII digits)."""
+
+    def parse(text: str) -> int:
+        if not text.isascii() or not text.isdigit() or int(text) > most:
+            raise ValueError(text)
+        return int(text)
+
+    return parse
+
+
+def one_signal(text: str) -> str:
+    """One of :data:`FORWARDABLE` (``SIG`` optional)."""
+    names = signal_names(text)
+    if len(names) != 1 or "," in text:
+        raise ValueError(text)
+    return names[0]

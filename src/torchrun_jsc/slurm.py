@@ -259,6 +259,7 @@ _FIELDS: Dict[str, _Field] = {
     ),
     "gpus_on_node": _Field(("SLURM_GPUS_ON_NODE",), _count(0), _count_accepts(0)),
     "cpus_per_task": _Field(("SLURM_CPUS_PER_TASK",), _count(1), _count_accepts(1)),
+    "restart_count": _Field(("SLURM_RESTART_COUNT",), _count(0), _count_accepts(0)),
 }
 
 
@@ -278,6 +279,8 @@ class SlurmStep(NamedTuple):
     gpus_on_node: Optional[int] = None
     cpus_per_task: Optional[int] = None
     system_name: Optional[str] = None
+    #: How often the job was requeued (Slurm sets it from the first requeue on).
+    restart_count: Optional[int] = None
     #: (field, one-line error) for every field whose variable could not be read.
     problems: Tuple[Tuple[str, str], ...] = ()
 

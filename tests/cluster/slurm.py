@@ -20,6 +20,9 @@ from tests.cluster.system import ClusterError, clean_env, find_binary, pid_alive
 from tests.cluster.topology import CTL_IP, Layout
 
 AUTHS = ("none", "munge")
+#: A job credential's lifetime, which is also how long Slurm holds a requeued job back before
+#: it may start again (120 s by default): the requeue scenarios need less.
+CRED_EXPIRE = "cred_expire=10"
 TASK_PLUGINS = ("none", "affinity")
 
 #: runs a command on the login node with a timeout (``Cluster.login``)
@@ -58,7 +61,7 @@ class Slurm:
         if self.auth == "munge":
             auth = self._start_munge()
         else:
-            auth = "AuthType=auth/none\nCredType=cred/none\n"
+            auth = f"AuthType=auth/none\nCredType=cred/none\nAuthInfo={CRED_EXPIRE}\n"
         prolog = wd / "etc" / "task_prolog.sh"
         # Slurm tasks inherit the caller's env; give each node its own TMPDIR instead.
         write(prolog, f'#!/bin/sh\necho "export TMPDIR={wd}/tmp/$(hostname)"\n', 0o755)
@@ -149,7 +152,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
             if time.monotonic() > deadline:
                 raise ClusterError("munged did not start:\n" + self.log_tails())
             time.sleep(0.05)
-        return f"AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={sock}\n"
+        return f"AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={sock},{CRED_EXPIRE}\n"
 
     def spawn(self, name: str, argv: list[str]) -> None:
         """Start daemon ``name`` in its own session, output to ``log/<name>.stdout``."""

@@ -264,3 +264,85 @@ def test_explain_counts_the_spares_of_this_step() -> None:
         "agents beyond 4 nodes (1 in this 5-node step)"
     )
     assert decision(recovering(3), "spares").startswith("agents beyond 4 nodes (they wait")
+
+
+STEP = {
+    "SLURM_JOB_ID": "12",
+    "SLURM_STEP_ID": "0",
+    "SLURM_STEP_NUM_NODES": "4",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x4)",
+    "SLURM_STEP_NODELIST": "node[0-3]",
+}
+
+
+def test_the_requeue_is_off_by_default() -> None:
+    p = multi(1, STEP)
+    assert "requeue" not in patches(p)
+    assert decision(p, "requeue") == "off (TORCHRUN_JSC_REQUEUE=0)"
+
+
+def test_the_requeue_gets_the_job_its_count_and_its_settings() -> None:
+    env = {
+        **STEP,
+        "SLURM_RESTART_COUNT": "2",
+        "TORCHRUN_JSC_REQUEUE": "1",
+        "TORCHRUN_JSC_REQUEUE_MAX": "5",
+        "TORCHRUN_JSC_REQUEUE_MIN_RUN": "60",
+        "TORCHRUN_JSC_REQUEUE_GRACE": "90",
+        "TORCHRUN_JSC_REQUEUE_SIGNAL": "usr2",
+    }
+    p = multi(1, env)
+    budget = {
+        "job": "12",
+        "done": 2,
+        "most": 5,
+        "min_run": 60.0,
+        "grace": 90.0,
+        "signal": "SIGUSR2",
+    }
+    assert patches(p)["requeue"] == {"node": {**NODE1}, "budget": budget}
+    assert decision(p, "requeue after SIGUSR2").startswith(
+        "the workers have 90 s to save and end (passed on to the workers unless they got it;"
+        " then one node requeues job 12"
+    )
+    assert decision(p, "requeue after a failure").startswith("requeued, the lost nodes excluded")
+    assert decision(p, "requeues left") == (
+        "3 of 5 (SLURM_RESTART_COUNT=2; none after a run shorter than 60 s"
+        " (TORCHRUN_JSC_REQUEUE_MIN_RUN))"
+    )
+    names = [s.name for s in p.patches]
+    assert names.index("forward_signals") < names.index("requeue")  # it chains to that handler
+
+
+def test_the_requeue_signal_not_passed_on_and_no_failure_report_are_said() -> None:
+    env = {
+        **STEP,
+        "TORCHRUN_JSC_REQUEUE": "1",
+        "TORCHRUN_JSC_FORWARD_SIGNALS": "USR2",
+        "TORCHRUN_JSC_FAILURE_REPORT": "0",
+    }
+    p = multi(1, env)
+    assert "not passed on to the workers (TORCHRUN_JSC_FORWARD_SIGNALS)" in decision(
+        p, "requeue after SIGUSR1"
+    )
+    assert decision(p, "requeue after a failure").startswith(
+        "not requeued (TORCHRUN_JSC_FAILURE_REPORT=0)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"TORCHRUN_JSC_REQUEUE": "1"}, "TORCHRUN_JSC_REQUEUE=1 outside a Slurm job"),
+        ({**STEP, "TORCHRUN_JSC_REQUEUE_MAX": "-1"}, "TORCHRUN_JSC_REQUEUE_MAX"),
+        ({**STEP, "TORCHRUN_JSC_REQUEUE_MAX": "1001"}, "an integer in 0..1000"),
+        ({**STEP, "TORCHRUN_JSC_REQUEUE_SIGNAL": "TERM"}, "one of USR1, USR2"),
+        ({**STEP, "TORCHRUN_JSC_REQUEUE_SIGNAL": "USR1,USR2"}, "one of USR1, USR2"),
+        ({**STEP, "TORCHRUN_JSC_REQUEUE_GRACE": "soon"}, "TORCHRUN_JSC_REQUEUE_GRACE"),
+        ({**STEP, "TORCHRUN_JSC_REQUEUE_MIN_RUN": "-5"}, "TORCHRUN_JSC_REQUEUE_MIN_RUN"),
+    ],
+)
+def test_bad_requeue_settings_are_one_line_errors(env: Dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(".", r"\.")) as err:
+        multi(1, env)
+    assert "\n" not in str(err.value)

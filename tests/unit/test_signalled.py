@@ -124,3 +124,23 @@ def test_after_the_line_further_stop_signals_are_ignored() -> None:
     finally:
         for name, handler in zip(signalled.STOP_SIGNALS, before):
             signal.signal(getattr(signal, name), handler)
+
+
+def test_a_held_stop_raises_nothing_the_agent_ends_by_itself() -> None:
+    """A requeue brings Slurm's SIGTERM; the requeuing agent ends by itself with its line."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    from torchrun_jsc import patches
+    from torchrun_jsc.patches import params
+
+    signalled.forget()
+    assert patches.install(params.StopSignal()) is None
+    try:
+        handler: Any = api._terminate_process_handler
+        signalled.hold()
+        assert handler(signal.SIGTERM, None) is None
+        assert signalled.first() is None  # not a stop: no stop line
+    finally:
+        patches.restore_all()
+        signalled.forget()
+    assert not signalled.held()

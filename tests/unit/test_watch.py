@@ -17,6 +17,7 @@ from torchrun_jsc.runtime.watch import (
     MembersLost,
     MonitorLooks,
     Phase,
+    Requeuing,
     State,
     StopSeen,
     StoreQuiet,
@@ -297,6 +298,7 @@ TABLE = [
         [],
     ),
     ("a stop seen at the end", WATCHED, FINISHED, StopSeen(), FINISHED._replace(failed=True), []),
+    ("requeuing: deaf", WATCHED, TRAINING, Requeuing(), TRAINING._replace(exiting=True), []),
 ]
 
 

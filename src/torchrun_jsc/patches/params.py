@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Dict, NamedTuple, Tuple, Type, Union
 
 from ..runtime.node import Node
+from ..runtime.requeue import Budget
 
 
 class FqHostname(NamedTuple):
@@ -88,6 +89,14 @@ class Recovery(NamedTuple):
     max_restarts: int
 
 
+class Requeue(NamedTuple):
+    """``requeue``: the job is requeued after Slurm's warning signal and after a failure it
+    cannot recover from, within ``budget``."""
+
+    node: Node
+    budget: Budget
+
+
 class SpareWait(NamedTuple):
     """``spare_wait``: a spare's join does not time out while it waits (torch < 2.3)."""
 
@@ -119,6 +128,7 @@ Params = Union[
     FailureReport,
     StopSignal,
     Recovery,
+    Requeue,
     SpareWait,
     WaitForHost,
     RankOrder,
@@ -139,6 +149,7 @@ REGISTRY: Dict[str, Type[Params]] = {
     "failure_report": FailureReport,
     "stop_signal": StopSignal,
     "recovery": Recovery,
+    "requeue": Requeue,
     "spare_wait": SpareWait,
     "wait_for_host": WaitForHost,
     "rank_order": RankOrder,
@@ -154,6 +165,7 @@ AGENT_SIDE = (
     "failure_report",
     "stop_signal",
     "recovery",
+    "requeue",
     "wait_for_host",
     "rank_order",
 )
@@ -190,7 +202,7 @@ def as_data(params: Params) -> Dict[str, object]:
     """``params`` as plain data (the node as a dict, sequences as lists), for explain."""
     data: Dict[str, object] = {}
     for key, value in params._asdict().items():
-        if isinstance(value, Node):
+        if isinstance(value, (Node, Budget)):
             value = value._asdict()
         elif isinstance(value, tuple):
             value = list(value)

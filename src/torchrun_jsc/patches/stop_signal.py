@@ -1,6 +1,8 @@
 """All versions: a stop by a signal ends the agent with one line. Only the first SIGTERM,
 SIGINT, SIGHUP or SIGQUIT raises torch's ``SignalException``; later ones, while torch stops
 the workers, are noted and do not interrupt that shutdown (:mod:`torchrun_jsc.runtime.signalled`).
+None raises once the job is being requeued: the requeue brings Slurm's SIGTERM, and the agent
+ends by itself (:mod:`torchrun_jsc.runtime.requeuing`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ def install() -> None:
 
     @functools.wraps(original)
     def _terminate_process_handler(signum: int, frame: Any) -> None:
+        if signalled.held():
+            return  # the agent ends by itself (a requeue)
         if signalled.note(signum):
             original(signum, frame)  # raises SignalException: torch stops the workers
 

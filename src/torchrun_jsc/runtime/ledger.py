@@ -112,6 +112,8 @@ class LastLine:
         self._lock = threading.Lock()
         self._printed = False
         self._done = threading.Event()
+        #: The records the line was made from.
+        self.seen: List[Record] = []
 
     def print(self, ledger: Ledger, read: Callable[[], List[Record]], wait: float) -> None:
         """Print the first failure from what ``read`` finds within ``wait`` seconds, else from
@@ -126,6 +128,7 @@ class LastLine:
             found = bounded(read, wait)
             if found:
                 records = found
+            self.seen = records
             line = report_line(records)
             if line is not None:
                 say(line)

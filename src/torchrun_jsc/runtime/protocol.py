@@ -19,6 +19,14 @@ Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
 | ``spare/n`` | how many spare slots are taken |
 | ``spare/<i>`` | one spare's member key (its heartbeat counter is ``hb/<member>``) |
 | ``ended`` | ``completed`` once a node ends after the whole job completed |
+| ``requeue/verdict`` | whether the job is requeued after the warning signal (below) |
+| ``requeue/ready`` | how many members' workers have ended after the warning signal |
+| ``requeue/outcome`` | what the requeue came to (below), written by the node that requeued |
+| ``requeue/told`` | how many nodes have read the outcome |
+
+The requeue's two values are ``{"ok": ..., "line": ...}``: for the verdict, whether the job is
+requeued (``line`` says why not); for the outcome, whether Slurm requeued it and the line every
+node prints.
 
 A heartbeat counter counts up by 1 per beat. Adding :data:`_DONE_BASE` marks the member's
 workers done (it may then go quiet); overwriting it with :data:`_STOP_BASE` tells the member to
@@ -217,3 +225,47 @@ class JobProtocol:
     def completed(self) -> bool:
         """Whether a node noted that the whole job completed."""
         return self.store.peek("ended") == "completed"
+
+    # ------------------------------------------------------------------ requeue
+
+    def set_requeue_verdict(self, ok: bool, line: str) -> Tuple[bool, str]:
+        """Say whether the job is requeued (the first word stays); the verdict now."""
+        found = _said(self.store.first("requeue/verdict", _say(ok, line)))
+        return found if found is not None else (ok, line)
+
+    def requeue_verdict(self) -> Optional[Tuple[bool, str]]:
+        """Whether the job is requeued, and why not, once the serving node said it."""
+        return _said(self.store.peek("requeue/verdict") or "")
+
+    def requeue_ready(self) -> int:
+        """Count this member as ready for the requeue; how many are."""
+        return self.store.add("requeue/ready", 1)
+
+    def requeue_readies(self) -> int:
+        """How many members are ready for the requeue."""
+        return self.store.add("requeue/ready", 0)
+
+    def set_requeue_outcome(self, ok: bool, line: str) -> None:
+        """What the requeue came to."""
+        self.store.set("requeue/outcome", _say(ok, line))
+
+    def requeue_outcome(self) -> Optional[Tuple[bool, str]]:
+        """What the requeue came to, once the node that requeued wrote it."""
+        return _said(self.store.peek("requeue/outcome") or "")
+
+    def requeue_told(self, amount: int = 1) -> int:
+        """Count this node among those that have read the outcome (0: only look); how many
+        have."""
+        return self.store.add("requeue/told", amount)
+
+
+def _say(ok: bool, line: str) -> str:
+    return json.dumps({"ok": ok, "line": line})
+
+
+def _said(text: str) -> Optional[Tuple[bool, str]]:
+    with contextlib.suppress(ValueError):
+        data = json.loads(text)
+        if isinstance(data, dict) and isinstance(data.get("line"), str):
+            return bool(data.get("ok")), data["line"]
+    return None

@@ -47,7 +47,7 @@ import time
 from typing import Any, List, Optional, Tuple
 
 from ..torch_defaults import TERM_GRACE
-from . import failures, heartbeats, timing, watch, workers
+from . import failures, heartbeats, requeuing, timing, watch, workers
 from .beating import Heartbeats, Round, Watchdog, paused_for
 from .bounded import bounded, in_flight
 from .jobstore import JobStore
@@ -214,6 +214,7 @@ class Session:
         with self.lock:
             self.agent = agent
             self.monitor_interval = float(getattr(worker_group.spec, "monitor_interval", 0) or 0)
+        requeuing.park()
         self._look_at_pause()
         asked = self._look()
         if asked == watch.Ask.RESTART:
@@ -460,6 +461,7 @@ class Session:
             lambda: self.ledger.read_all(members, serving, settle),
             settle + timing.LINGER + timing.STORE_WAIT,
         )
+        requeuing.after_failure(self.last_line.seen)
 
     def _settle(self) -> float:
         """How long to wait for the other nodes' records."""

@@ -27,6 +27,7 @@ SLURM_WAIT = 2.0
 _lock = threading.Lock()
 _first: Optional[Tuple[int, float]] = None
 _count = 0
+_held = threading.Event()
 
 #: Slurm's job states at a stop, and what they mean for the user.
 _SLURM_CAUSES = {
@@ -63,6 +64,18 @@ def ignore_further() -> None:
             signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
+def hold() -> None:
+    """From now on stop signals are ignored: this agent ends by itself (its job is being
+    requeued, which brings Slurm's SIGTERM). Any thread may call it; the handler, in the main
+    thread, looks."""
+    _held.set()
+
+
+def held() -> bool:
+    """Whether stop signals are ignored (:func:`hold`)."""
+    return _held.is_set()
+
+
 def first() -> Optional[Tuple[int, float]]:
     """The first stop signal and its monotonic time, if one came."""
     with _lock:
@@ -70,10 +83,11 @@ def first() -> Optional[Tuple[int, float]]:
 
 
 def forget() -> None:
-    """No signal seen (tests)."""
+    """No signal seen, none held (tests)."""
     global _first, _count
     with _lock:
         _first, _count = None, 0
+    _held.clear()
 
 
 class JobInfo(NamedTuple):

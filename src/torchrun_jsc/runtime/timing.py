@@ -24,3 +24,11 @@ EXIT_NOTE_WAIT = 2.0
 STORE_TIMEOUT = 30.0
 #: How often the watchdog looks at the store connection.
 WATCHDOG_EVERY = 1.0
+#: The longest one ``scontrol`` call of the requeue may take.
+SCONTROL_WAIT = 10.0
+#: How long a node waits for the serving node's word on whether the job can be requeued.
+REQUEUE_VERDICT_WAIT = 10.0
+#: How long the serving node waits, beyond the workers' grace, for every member to be ready.
+REQUEUE_READY_WAIT = 30.0
+#: How long a node waits for the outcome of a requeue another node carries out.
+REQUEUE_OUTCOME_WAIT = LINGER + SETTLE + 3 * SCONTROL_WAIT

@@ -16,6 +16,7 @@ The phases of a node::
                                         (stop the workers; end the process, exit 1)
     WAITING ──a round formed without it (recovery)──▶ SPARE ──joined──▶ TRAINING
     SPARE ──the job completed / stopped──▶ (end: exit 0 / 1)
+    any phase ──requeuing (after Slurm's warning)──▶ (the requeue ends the process)
 
 Recovery (``--max_restarts`` > 0): a lost member restarts the job without it while restarts
 are left and the live members and waiting spares make up ``--nnodes``' minimum; every node
@@ -56,6 +57,7 @@ from .watch_types import (
     Publish,
     PublishOwn,
     RegisterSpare,
+    Requeuing,
     Rewatch,
     Say,
     SetRestarts,
@@ -92,6 +94,7 @@ __all__ = [
     "Publish",
     "PublishOwn",
     "RegisterSpare",
+    "Requeuing",
     "Rewatch",
     "Say",
     "SetRestarts",
@@ -139,6 +142,8 @@ def decide(config: Config, state: State, event: Event) -> Decision:
         return _workers_ended(config, state, event)
     if isinstance(event, Exiting):
         return _exiting(config, state)
+    if isinstance(event, Requeuing):
+        return state._replace(exiting=True), ()
     if isinstance(event, StopSeen):
         return state._replace(failed=True), ()
     if not listening(state):

@@ -150,6 +150,11 @@ class Exiting(NamedTuple):
     """The agent process ends."""
 
 
+class Requeuing(NamedTuple):
+    """The job is being requeued (its workers have ended after Slurm's warning signal): news
+    of a lost member, a stop or a silent host changes nothing any more."""
+
+
 Event = Union[
     Joined,
     SpareFound,
@@ -161,6 +166,7 @@ Event = Union[
     WorkersEnded,
     StopSeen,
     Exiting,
+    Requeuing,
 ]
 
 

@@ -12,12 +12,16 @@ Env knobs:
   TRJSC_STEP_SECONDS  pause after each step (default 0.25)
   TRJSC_CKPT_EVERY    steps between checkpoints (default 5)
   TRJSC_PG_TIMEOUT    init_process_group timeout in seconds (default 1800, torch's)
+  TRJSC_SAVE_ON_USR1  1: SIGUSR1 (Slurm's warning before the time limit) makes every rank
+                      stop after the same step (the flag is all-reduced with the step), rank 0
+                      save the checkpoint, and every rank print ``TRJSC_SAVED`` and exit 0
 Exit status is non-zero when a sum is wrong.
 """
 
 import datetime
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -63,13 +67,16 @@ def main() -> int:
         flush=True,
     )
     print(f"TRJSC_TRAINING host={host} rank={rank}", flush=True)
+    warned = []
+    if os.environ.get("TRJSC_SAVE_ON_USR1") == "1":
+        signal.signal(signal.SIGUSR1, lambda signum, frame: warned.append(signum))
     wrong = 0
     while step < steps:
         step += 1
-        x = torch.tensor([step * (rank + 1)], dtype=torch.int64)
+        x = torch.tensor([step * (rank + 1), len(warned)], dtype=torch.int64)
         dist.all_reduce(x)
         expect = step * world * (world + 1) // 2
-        got = int(x.item())
+        got = int(x[0].item())
         wrong += got != expect
         acc += got * 2 // (world * (world + 1))
         print(
@@ -77,6 +84,12 @@ def main() -> int:
             f"expect={expect}",
             flush=True,
         )
+        if int(x[1].item()):
+            if rank == 0:
+                save(path, step, acc)
+            print(f"TRJSC_SAVED host={host} rank={rank} step={step}", flush=True)
+            dist.destroy_process_group()
+            return 1 if wrong else 0
         if rank == 0 and step % every == 0:
             save(path, step, acc)
         time.sleep(pause)

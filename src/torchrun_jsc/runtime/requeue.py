@@ -1,0 +1,155 @@
+"""Requeue decisions (pure): whether the job goes back into Slurm's queue, which nodes its next
+run must not use, the ``scontrol`` commands that do it, and the one line every node prints.
+
+Two causes requeue a job (``TORCHRUN_JSC_REQUEUE=1``): Slurm's warning signal before the time
+limit (``--signal=USR1@300``), and a failure the job cannot recover from inside its allocation.
+The loop guard holds for both: at most ``TORCHRUN_JSC_REQUEUE_MAX`` requeues of one job
+(Slurm's ``SLURM_RESTART_COUNT`` counts them), and none after a run that trained for less than
+``TORCHRUN_JSC_REQUEUE_MIN_RUN`` seconds (a job that fails at once would requeue forever).
+
+Without nodes to exclude the job is requeued in one step (``scontrol requeue``). With them it is
+requeued held, its excluded nodes are updated, and it is released: the exclusion is in place
+before the job can be scheduled again.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+from .report import LOST, Record
+
+
+class Budget(NamedTuple):
+    """What the plan gives the agent for its requeue decisions."""
+
+    job: str
+    #: Requeues of this job so far (``SLURM_RESTART_COUNT``).
+    done: int = 0
+    most: int = 3
+    min_run: float = 600.0
+    grace: float = 120.0
+    signal: str = "SIGUSR1"
+
+
+class Verdict(NamedTuple):
+    """Whether to requeue, and why not when not."""
+
+    requeue: bool
+    why_not: str = ""
+
+
+def verdict(budget: Budget, ran: float) -> Verdict:
+    """The loop guard for a run that trained for ``ran`` seconds."""
+    if budget.done >= budget.most:
+        return Verdict(
+            False,
+            f"{budget.done} of {budget.most} requeues done (TORCHRUN_JSC_REQUEUE_MAX="
+            f"{budget.most})",
+        )
+    if ran < budget.min_run:
+        return Verdict(
+            False,
+            f"this run trained for {ran:.0f} s, less than TORCHRUN_JSC_REQUEUE_MIN_RUN="
+            f"{budget.min_run:g} s (a job that fails at once would be requeued again and again)",
+        )
+    return Verdict(True)
+
+
+def short_name(hostname: str) -> str:
+    """A node's Slurm name from its hostname (the part before the first dot)."""
+    return hostname.split(".", 1)[0]
+
+
+def excluded(current: str, lost: Sequence[str]) -> str:
+    """The job's excluded nodes (``ExcNodeList``, a Slurm host list or ``(null)``) with the
+    ``lost`` nodes added, each once."""
+    have = [] if current in ("", "(null)") else [current]
+    names = _plain_names(current)
+    for name in lost:
+        short = short_name(name)
+        if short and short not in names:
+            names.add(short)
+            have.append(short)
+    return ",".join(have)
+
+
+def _plain_names(hostlist: str) -> set[str]:
+    """The names a host list spells out without brackets (``node1,node3``); a bracketed range
+    (``node[1-3]``) is Slurm's to expand, and adding one of its names again is harmless."""
+    return {part for part in re.split(r",(?![^\[]*\])", hostlist) if part and "[" not in part}
+
+
+def commands(job: str, exclude: str) -> Tuple[Tuple[str, ...], ...]:
+    """The ``scontrol`` calls that requeue ``job``, excluding ``exclude`` (a host list, or
+    empty) from its next run."""
+    if not exclude:
+        return (("scontrol", "requeue", job),)
+    return (
+        ("scontrol", "requeuehold", job),
+        ("scontrol", "update", f"JobId={job}", f"ExcNodeList={exclude}"),
+        ("scontrol", "release", job),
+    )
+
+
+class JobFacts(NamedTuple):
+    """What ``scontrol -o show job`` says that the requeue needs."""
+
+    requeue: Optional[bool]
+    excluded: str
+    batch: Optional[bool]
+
+
+def job_facts(output: str) -> JobFacts:
+    """The job's ``Requeue``, ``ExcNodeList`` and ``BatchFlag`` fields."""
+    fields = dict(re.findall(r"(?:^|\s)(Requeue|ExcNodeList|BatchFlag)=(\S*)", output))
+
+    def flag(name: str) -> Optional[bool]:
+        value = fields.get(name)
+        return None if value is None else value == "1"
+
+    return JobFacts(flag("Requeue"), fields.get("ExcNodeList", "(null)"), flag("BatchFlag"))
+
+
+def refusal(facts: Optional[JobFacts], command: Sequence[str], error: str) -> str:
+    """Why Slurm did not requeue the job, and the fix."""
+    if facts is not None and facts.batch is False:
+        return "the job is not a batch job (salloc or srun alone): submit it with sbatch"
+    if facts is not None and facts.requeue is False:
+        return "the job is not requeueable: submit it with sbatch --requeue"
+    said = " ".join(error.split()) or "no answer"
+    return (
+        f"Slurm refused it ({' '.join(command)}: {said}); check that the job is requeueable"
+        " (sbatch --requeue) and that this Slurm lets users requeue their jobs"
+    )
+
+
+def done_line(budget: Budget, cause: str, exclude: Sequence[str]) -> str:
+    """``torchrun_jsc: requeue 1 of 3: job 12 after SIGUSR1 ...; the next run resumes ...``."""
+    without = f", without {', '.join(exclude)}" if exclude else ""
+    return (
+        f"torchrun_jsc: requeue {budget.done + 1} of {budget.most}: job {budget.job} requeued"
+        f" after {cause}{without}; its next run resumes from the checkpoint"
+    )
+
+
+def no_line(why_not: str) -> str:
+    """``torchrun_jsc: no requeue: ...``."""
+    return f"torchrun_jsc: no requeue: {why_not}"
+
+
+def signal_cause(budget: Budget) -> str:
+    """The time-limit warning as the cause of a requeue."""
+    return f"{budget.signal} (Slurm's warning before the time limit)"
+
+
+def lost_names(records: Sequence[Record]) -> List[str]:
+    """The Slurm names of the nodes the job watch declared lost among ``records``, each once,
+    in order (a record of what a node lost itself, its host or its own run, names no other
+    node)."""
+    names: List[str] = []
+    for record in records:
+        short = short_name(record.hostname)
+        if record.kind == LOST and not record.what and short and short not in names:
+            names.append(short)
+    return names

@@ -1,0 +1,292 @@
+"""Requeue from the checkpoint (``TORCHRUN_JSC_REQUEUE=1``), on the namespace cluster: batch
+jobs submitted with ``--requeue`` whose script (``jobs/resume.py``) saves a checkpoint on
+SIGUSR1 and every 5 steps, and resumes from it.
+
+Slurm holds a requeued job back for the lifetime of a job credential before it may start again
+(120 s by default; the namespace cluster sets ``AuthInfo=cred_expire=10``). Each run's tasks
+write their output to a file of their own (``<name>-<run>-<task>.out``, the run being
+``SLURM_RESTART_COUNT``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import pytest
+
+from tests.cluster.harness import Cluster
+from tests.cluster.scenarios import torchrun_argv
+from tests.cluster.test_recovery import PEER_TIMEOUT, RESUME, SLOW, Run, last_run
+
+pytestmark = pytest.mark.cluster
+
+STEPS = 60
+
+
+def batch_script(
+    cluster: Cluster,
+    name: str,
+    nodes: int,
+    env: Dict[str, str],
+    sbatch: Sequence[str] = ("--requeue",),
+    max_restarts: int = 0,
+    script: Path = RESUME,
+    later: str = "",
+) -> Path:
+    """A batch job of ``nodes`` nodes that runs torchrun_jsc on each (endpoint: the first node of
+    the run's allocation), its tasks' output in ``<name>-<run>-<task>.out``; ``later``: shell
+    words exported in the runs after the first."""
+    wd = cluster.workdir
+    assert wd is not None
+    ckpt = wd / f"{name}.ckpt"
+    ckpt.unlink(missing_ok=True)
+    for old in wd.glob(f"{name}-*.out"):
+        old.unlink()
+    command = " ".join(
+        torchrun_argv(
+            cluster.python,
+            str(nodes),
+            "${first}i:29500",
+            "join_timeout=90,read_timeout=60",
+            (f"--max_restarts={max_restarts}",),
+            script=script,
+            module="torchrun_jsc",
+        )
+    )
+    exports = " ".join(
+        f"{k}={v}"
+        for k, v in {
+            "TRJSC_CKPT": str(ckpt),
+            "TRJSC_STEPS": str(STEPS),
+            "TRJSC_SAVE_ON_USR1": "1",
+            "TRJSC_PG_TIMEOUT": "1800",
+            "TORCHRUN_JSC_PEER_TIMEOUT": f"{PEER_TIMEOUT:g}",
+            "TORCHRUN_JSC_REQUEUE": "1",
+            "TORCHRUN_JSC_REQUEUE_MIN_RUN": "0",
+            "TORCHRUN_JSC_REQUEUE_GRACE": "30",
+            **env,
+        }.items()
+    )
+    out = wd / f"{name}-${{SLURM_RESTART_COUNT:-0}}-%t.out"
+    path = wd / f"{name}.sbatch"
+    flags = "".join(f"#SBATCH {flag}\n" for flag in sbatch)
+    path.write_text(
+        f"#!/bin/bash\n#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node=1\n{flags}"
+        f"export {exports}\n"
+        + (f'[ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ] && export {later}\n' if later else "")
+        + 'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+        f"srun --output={out} --error={out} bash -c"
+        # the wrapper outlives Slurm's SIGUSR1 (a trap, not an ignore, which its child inherits)
+        ' \'trap true USR1; TORCHRUN_JSC_NODE_RANK=$SLURM_NODEID "$@"; rc=$?;'
+        ' echo "TRJSC_AGENT_EXIT rc=$rc"; exit $rc\''
+        f" x {command}\n"
+    )
+    return path
+
+
+def outputs(cluster: Cluster, name: str, run: int, nodes: int) -> List[str]:
+    wd = cluster.workdir
+    assert wd is not None
+    paths = [wd / f"{name}-{run}-{t}.out" for t in range(nodes)]
+    return [p.read_text(errors="replace") if p.exists() else "" for p in paths]
+
+
+def said(cluster: Cluster, name: str, runs: int, nodes: int, job: str = "") -> str:
+    keep = ("torchrun_jsc", "TRJSC_RESUMED", "TRJSC_SAVED", "TRJSC_DONE", "TRJSC_AGENT", "rror")
+    parts = []
+    for run in range(runs):
+        for t, text in enumerate(outputs(cluster, name, run, nodes)):
+            mine = [
+                ln for ln in text.splitlines() if any(k in ln for k in keep) and "frame #" not in ln
+            ]
+            parts.append(f"----- run {run} task {t}\n" + "\n".join(mine[-30:]))
+    batch = cluster.job_output_path(job) if job else None
+    if batch is not None and batch.exists():
+        parts.append("----- the batch script\n" + batch.read_text(errors="replace")[-3000:])
+    return "\n".join(parts)
+
+
+def job_fields(cluster: Cluster, job: str) -> Dict[str, str]:
+    r = cluster.login(["scontrol", "-o", "show", "job", job], timeout=30)
+    return dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
+
+
+def wait_for(cluster: Cluster, name: str, run: int, nodes: int, text: str, limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while sum(text in t for t in outputs(cluster, name, run, nodes)) < nodes:
+        assert time.monotonic() < deadline, f"{text!r}\n{said(cluster, name, run + 1, nodes)}"
+        time.sleep(0.3)
+
+
+def wait_requeued(cluster: Cluster, job: str, restarts: int, limit: float = 120.0) -> None:
+    """Until the job is pending again after its ``restarts``-th requeue."""
+    deadline = time.monotonic() + limit
+    while True:
+        fields = job_fields(cluster, job)
+        if fields.get("JobState") == "PENDING" and fields.get("Restarts") == str(restarts):
+            break
+        assert time.monotonic() < deadline, f"job {job} not requeued: {fields}"
+        time.sleep(0.3)
+
+
+def wait_ended(cluster: Cluster, job: str, limit: float) -> str:
+    deadline = time.monotonic() + limit
+    while True:
+        state = job_fields(cluster, job).get("JobState", "")
+        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", ""):
+            return state
+        if time.monotonic() > deadline:
+            cluster.login(["scancel", job], timeout=30)
+            return f"still {state} after {limit:.0f} s"
+        time.sleep(0.3)
+
+
+def assert_resumed(texts: Sequence[str], nodes: int, context: str) -> Dict[int, Run]:
+    """The run trained on ``nodes`` nodes from a checkpoint after step 0 to the end, every
+    step right, in node order, every agent exit 0."""
+    runs = {t: last_run(text) for t, text in enumerate(texts)}
+    for t, run in runs.items():
+        assert run.world == nodes, f"task {t}: {run}\n{context}"
+        assert run.resumed_from > 0, f"task {t}: {run}\n{context}"
+        wanted = set(range(run.resumed_from + 1, STEPS + 1))
+        assert set(run.steps) == wanted and all(run.steps.values()), f"task {t}: {run}\n{context}"
+        assert run.done_ok, f"task {t}: {run}\n{context}"
+        assert "TRJSC_AGENT_EXIT rc=0" in texts[t], f"task {t}\n{context}"
+    assert [runs[t].rank for t in sorted(runs)] == list(range(nodes)), context
+    assert len({r.resumed_from for r in runs.values()}) == 1, context
+    return runs
+
+
+def saved_step(texts: Sequence[str], context: str) -> int:
+    steps = {int(m) for t in texts for m in re.findall(r"^TRJSC_SAVED .* step=(\d+)", t, re.M)}
+    assert len(steps) == 1, f"{steps}\n{context}"
+    return steps.pop()
+
+
+def test_the_warning_signal_requeues_the_job_which_resumes(five_cluster: Cluster) -> None:
+    """4 nodes, --requeue, the setting on: ``scancel --signal=USR1`` (what Slurm sends before
+    the time limit) → the workers save and end, one line per node, no failure reported; the job
+    is requeued once; its second run resumes from that checkpoint and completes."""
+    cluster, name = five_cluster, "warned"
+    job = cluster.sbatch(batch_script(cluster, name, 4, {}))
+    wait_for(cluster, name, 0, 4, "step=8 ", 150)
+    sent = cluster.login(["scancel", "--signal=USR1", job], timeout=30)
+    assert sent.returncode == 0, sent.output
+    wait_requeued(cluster, job, 1)
+    state = wait_ended(cluster, job, 240)
+    context = said(cluster, name, 2, 4, job)
+    assert state == "COMPLETED", f"{state}\n{context}"
+    first = outputs(cluster, name, 0, 4)
+    line = (
+        f"torchrun_jsc: requeue 1 of 3: job {job} requeued after SIGUSR1 (Slurm's warning"
+        " before the time limit); its next run resumes from the checkpoint"
+    )
+    for t, text in enumerate(first):
+        assert text.count(line) == 1, f"task {t}\n{context}"
+        assert "first failure" not in text and "Traceback" not in text, f"task {t}\n{context}"
+        assert "stopped by" not in text, f"task {t}\n{context}"
+    step = saved_step(first, context)
+    runs = assert_resumed(outputs(cluster, name, 1, 4), 4, context)
+    assert {r.resumed_from for r in runs.values()} == {step}, context
+    assert all("requeue" not in t for t in outputs(cluster, name, 1, 4)), context
+
+
+def test_a_lost_node_it_cannot_replace_requeues_the_job_without_it(
+    five_cluster: Cluster,
+) -> None:
+    """4 of 5 nodes, --max_restarts=0: node3 frozen → lost, the job cannot go on → requeued
+    held, node3 excluded, released; the next run (node0-2 and node4) resumes and completes.
+    node3 is thawed once the requeue is said, as Slurm would take a dead node out: its frozen
+    processes keep the old run from ending."""
+    cluster, name = five_cluster, "excluded"
+    job = cluster.sbatch(batch_script(cluster, name, 4, {}))
+    wait_for(cluster, name, 0, 4, "step=12 ", 150)
+    cluster.freeze_node(3)
+    line = (
+        f"torchrun_jsc: requeue 1 of 3: job {job} requeued after a failure it could not recover"
+        " from, without node3; its next run resumes from the checkpoint"
+    )
+    try:
+        wait_for(cluster, name, 0, 3, line, PEER_TIMEOUT + 90)
+    finally:
+        cluster.thaw_node(3)
+    fields = job_fields(cluster, job)
+    assert fields.get("ExcNodeList") == "node3", fields
+    wait_requeued(cluster, job, 1)
+    state = wait_ended(cluster, job, 240)
+    context = said(cluster, name, 2, 4, job)
+    assert state == "COMPLETED", f"{state}\n{context}"
+    second = outputs(cluster, name, 1, 4)
+    assert all("host=node3 " not in t for t in second), context
+    assert_resumed(second, 4, context)
+    for t, text in enumerate(outputs(cluster, name, 0, 3)):
+        assert text.count(line) == 1, f"task {t}\n{context}"
+        assert "first failure: node3 (node rank 3)" in text, f"task {t}\n{context}"
+
+
+def test_a_job_that_fails_at_once_is_requeued_at_most_the_maximum(
+    main_cluster: Cluster,
+) -> None:
+    """A script that fails at once, TORCHRUN_JSC_REQUEUE_MAX=1: requeued once, then the second
+    run stops saying why not; the job ends FAILED (first interpreter only: the guard is
+    torchrun_jsc's own)."""
+    cluster, name = main_cluster, "broken"
+    wd = cluster.workdir
+    assert wd is not None
+    broken = wd / "broken.py"
+    broken.write_text("import sys\nprint('TRJSC_BROKEN', flush=True)\nsys.exit(3)\n")
+    env = {"TORCHRUN_JSC_REQUEUE_MAX": "1"}
+    job = cluster.sbatch(batch_script(cluster, name, 2, env, script=broken))
+    wait_requeued(cluster, job, 1)
+    state = wait_ended(cluster, job, 180)
+    context = said(cluster, name, 2, 2, job)
+    assert state == "FAILED", f"{state}\n{context}"
+    again = f"torchrun_jsc: requeue 1 of 1: job {job} requeued after a failure"
+    assert all(t.count(again) == 1 for t in outputs(cluster, name, 0, 2)), context
+    no = "torchrun_jsc: no requeue: 1 of 1 requeues done (TORCHRUN_JSC_REQUEUE_MAX=1)"
+    for t, text in enumerate(outputs(cluster, name, 1, 2)):
+        assert text.count(no) == 1, f"task {t}\n{context}"
+        assert "exited with code 3" in text, f"task {t}\n{context}"
+    assert job_fields(cluster, job).get("Restarts") == "1", context
+
+
+def test_a_job_that_cannot_be_requeued_says_so_and_ends_as_without(
+    main_cluster: Cluster,
+) -> None:
+    """--no-requeue with the setting: the warning signal → one line per node naming the fix;
+    the workers, which saved and ended, end the job as they would without the setting (first
+    interpreter only: Slurm's answer and torchrun_jsc's decision)."""
+    cluster, name = main_cluster, "refused"
+    job = cluster.sbatch(batch_script(cluster, name, 2, {}, sbatch=("--no-requeue",)))
+    wait_for(cluster, name, 0, 2, "step=8 ", 150)
+    sent = cluster.login(["scancel", "--signal=USR1", job], timeout=30)
+    assert sent.returncode == 0, sent.output
+    state = wait_ended(cluster, job, 120)
+    context = said(cluster, name, 1, 2, job)
+    assert state == "COMPLETED", f"{state}\n{context}"
+    line = "torchrun_jsc: no requeue: the job is not requeueable: submit it with sbatch --requeue"
+    for t, text in enumerate(outputs(cluster, name, 0, 2)):
+        assert text.count(line) == 1, f"task {t}\n{context}"
+        assert "TRJSC_SAVED" in text and "TRJSC_AGENT_EXIT rc=0" in text, f"task {t}\n{context}"
+        assert "Traceback" not in text, f"task {t}\n{context}"
+
+
+@pytest.mark.skipif(not SLOW, reason="slow (a real time limit, minutes): TRJSC_SLOW_SCENARIOS=1")
+def test_a_real_time_limit_requeues_and_completes(five_cluster: Cluster) -> None:
+    """``--time=2 --signal=USR1@75``: Slurm's own warning before the time limit requeues the
+    job; the second run resumes and completes within its limit."""
+    cluster, name = five_cluster, "timed"
+    env = {"TRJSC_STEP_SECONDS": "2"}  # 120 s of steps: the warning comes first
+    sbatch = ("--requeue", "--time=2", "--signal=USR1@75")
+    script = batch_script(cluster, name, 2, env, sbatch=sbatch, later="TRJSC_STEP_SECONDS=0.1")
+    job = cluster.sbatch(script)
+    wait_requeued(cluster, job, 1, limit=200)
+    state = wait_ended(cluster, job, 200)
+    context = said(cluster, name, 2, 2, job)
+    assert state == "COMPLETED", f"{state}\n{context}"
+    step = saved_step(outputs(cluster, name, 0, 2), context)
+    runs = assert_resumed(outputs(cluster, name, 1, 2), 2, context)
+    assert {r.resumed_from for r in runs.values()} == {step}, context

@@ -1,0 +1,239 @@
+"""The requeue's sequence on one node, with the fake store and a fake ``scontrol``: who
+requeues, what it runs, what every node says, and that torch's monitor is held only while a
+requeue is pending. No network, no Slurm."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import pytest
+
+from tests.unit.fakestore import FakeStore
+from torchrun_jsc.runtime import requeuing, signalled, timing
+from torchrun_jsc.runtime.protocol import JobProtocol
+from torchrun_jsc.runtime.report import LOST, Record
+from torchrun_jsc.runtime.requeue import Budget
+from torchrun_jsc.runtime.watch_types import Event
+from torchrun_jsc.runtime.watch_types import Requeuing as RequeuingEvent
+
+B = Budget(job="12", done=0, most=3, min_run=0.0, grace=1.0, signal="SIGUSR1")
+SHOW = "JobId=12 JobState=RUNNING Requeue=1 BatchFlag=1 ExcNodeList=(null)"
+
+
+class FakeJob:
+    def __init__(self, serving: bool, members: int, protocol: Optional[JobProtocol]) -> None:
+        self._serving = serving
+        self._members = [f"m{i}" for i in range(members)]
+        self._protocol = protocol
+        self.events: List[Event] = []
+
+    @property
+    def protocol(self) -> Optional[JobProtocol]:
+        return self._protocol
+
+    @property
+    def members(self) -> List[str]:
+        return self._members
+
+    @property
+    def serving(self) -> bool:
+        return self._serving
+
+    def post(self, event: Event) -> None:
+        self.events.append(event)
+
+
+class Slurm:
+    """A fake ``scontrol``: every command run, and an answer per verb."""
+
+    def __init__(self, answers: Optional[Dict[str, Tuple[int, str]]] = None) -> None:
+        self.ran: List[Tuple[str, ...]] = []
+        self.answers = {"show": (0, SHOW), **(answers or {})}
+
+    def __call__(self, command: Sequence[str]) -> Tuple[int, str]:
+        self.ran.append(tuple(command))
+        verb = command[2] if command[1] == "-o" else command[1]
+        return self.answers.get(verb, (0, ""))
+
+
+class Ends:
+    def __init__(self) -> None:
+        self.codes: List[int] = []
+        self.done = threading.Event()
+
+    def __call__(self, code: int) -> None:
+        self.codes.append(code)
+        self.done.set()
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    yield
+    signalled.forget()
+
+
+def make(
+    serving: bool, members: int = 1, slurm: Optional[Slurm] = None, budget: Budget = B
+) -> Tuple[requeuing.Requeuing, FakeJob, Slurm, Ends, JobProtocol]:
+    protocol = JobProtocol(FakeStore())
+    job, slurm, ends = FakeJob(serving, members, protocol), slurm or Slurm(), Ends()
+    return (
+        requeuing.Requeuing(budget, job, grace=0.0, run=slurm, end=ends),
+        job,
+        slurm,
+        ends,
+        protocol,
+    )
+
+
+def test_the_serving_node_requeues_once_every_member_is_ready(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    requeue, job, slurm, ends, protocol = make(serving=True, members=2)
+    requeue.signalled()
+    requeue.signalled()  # a second signal changes nothing
+    time.sleep(0.6)
+    assert slurm.ran == [("scontrol", "-o", "show", "job", "12")]  # waits for the other member
+    protocol.requeue_ready()
+    protocol.requeue_told()  # the other node read the outcome: no linger
+    assert ends.done.wait(10)
+    assert slurm.ran[1:] == [("scontrol", "requeue", "12")]
+    assert ends.codes == [0]
+    line = (
+        "torchrun_jsc: requeue 1 of 3: job 12 requeued after SIGUSR1 (Slurm's warning before"
+        " the time limit); its next run resumes from the checkpoint"
+    )
+    assert protocol.requeue_outcome() == (True, line)
+    assert protocol.requeue_verdict() == (True, "")
+    err = capsys.readouterr().err
+    assert err.count(line) == 1 and "the workers have 1 s to save a checkpoint" in err
+    assert RequeuingEvent() in job.events
+    assert signalled.held()
+
+
+def test_another_node_follows_the_serving_nodes_word(capsys: pytest.CaptureFixture[str]) -> None:
+    requeue, _, slurm, ends, protocol = make(serving=False, members=2)
+    protocol.set_requeue_verdict(True, "")
+    protocol.set_requeue_outcome(True, "torchrun_jsc: requeue 1 of 3: done elsewhere")
+    requeue.signalled()
+    assert ends.done.wait(10)
+    assert slurm.ran == []  # only the serving node speaks to Slurm
+    assert ends.codes == [0]
+    assert protocol.requeue_readies() == 1 and protocol.requeue_told(0) == 1
+    assert capsys.readouterr().err.count("requeue 1 of 3: done elsewhere") == 1
+
+
+def test_the_guard_says_no_and_torchs_monitor_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
+    requeue, _, slurm, ends, _ = make(serving=True, budget=B._replace(done=3))
+    requeue.signalled()
+    started = time.monotonic()
+    requeue.park()  # released once the guard said no
+    assert time.monotonic() - started < 5
+    assert requeue.released.is_set() and ends.codes == [] and slurm.ran == []
+    assert "torchrun_jsc: no requeue: 3 of 3 requeues done" in capsys.readouterr().err
+    assert not signalled.held()
+
+
+def test_a_job_that_is_not_requeueable_is_said_by_every_node(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    slurm = Slurm({"show": (0, "JobId=12 Requeue=0 BatchFlag=1")})
+    requeue, _, _, ends, protocol = make(serving=True, slurm=slurm)
+    requeue.signalled()
+    requeue.park()
+    assert ends.codes == [] and slurm.ran == [("scontrol", "-o", "show", "job", "12")]
+    no = "torchrun_jsc: no requeue: the job is not requeueable: submit it with sbatch --requeue"
+    assert capsys.readouterr().err.strip() == no
+    other, _, _, other_ends, _ = make(serving=False)
+    other.job = FakeJob(False, 1, protocol)  # the same store: it reads the verdict
+    other.signalled()
+    other.park()
+    assert other_ends.codes == [] and capsys.readouterr().err.strip() == no
+
+
+def test_park_waits_only_while_a_requeue_is_pending() -> None:
+    requeue, *_ = make(serving=True)
+    started = time.monotonic()
+    requeue.park()
+    assert time.monotonic() - started < 0.1
+    assert requeue.bound() == pytest.approx(
+        timing.REQUEUE_VERDICT_WAIT
+        + B.grace
+        + timing.REQUEUE_READY_WAIT
+        + timing.REQUEUE_OUTCOME_WAIT
+    )
+
+
+def test_after_a_failure_the_lost_nodes_are_excluded_before_the_release(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    slurm = Slurm({"show": (0, "JobId=12 Requeue=1 BatchFlag=1 ExcNodeList=node7")})
+    requeue, _, _, ends, protocol = make(serving=True, members=4, slurm=slurm)
+    protocol.requeue_told(2)  # the two live others read it
+    records = [Record(kind=LOST, hostname="node3", node_rank=3)]
+    requeue.after_failure(records)
+    requeue.after_failure(records)  # once
+    assert slurm.ran == [
+        ("scontrol", "-o", "show", "job", "12"),
+        ("scontrol", "requeuehold", "12"),
+        ("scontrol", "update", "JobId=12", "ExcNodeList=node7,node3"),
+        ("scontrol", "release", "12"),
+    ]
+    line = (
+        "torchrun_jsc: requeue 1 of 3: job 12 requeued after a failure it could not recover"
+        " from, without node3; its next run resumes from the checkpoint"
+    )
+    assert capsys.readouterr().err.strip() == line
+    assert protocol.requeue_outcome() == (True, line) and ends.codes == []
+
+
+def test_a_refused_step_stops_the_sequence_and_says_why() -> None:
+    slurm = Slurm({"update": (1, "Invalid node name specified")})
+    requeue, _, _, _, protocol = make(serving=True, slurm=slurm)
+    protocol.requeue_told(5)
+    requeue.after_failure([Record(kind=LOST, hostname="node3", node_rank=3)])
+    assert [c[1] for c in slurm.ran] == ["-o", "requeuehold", "update"]
+    found = protocol.requeue_outcome()
+    assert found is not None and found[0] is False
+    assert "Slurm refused it (scontrol update JobId=12 ExcNodeList=node3: Invalid node" in found[1]
+
+
+def test_another_node_after_a_failure_prints_the_outcome_or_says_it_heard_none(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requeue, _, slurm, _, protocol = make(serving=False)
+    protocol.set_requeue_outcome(True, "torchrun_jsc: requeue 1 of 3: job 12 requeued")
+    requeue.after_failure([])
+    assert slurm.ran == [] and protocol.requeue_told(0) == 1
+    assert capsys.readouterr().err.strip() == "torchrun_jsc: requeue 1 of 3: job 12 requeued"
+    monkeypatch.setattr(timing, "REQUEUE_OUTCOME_WAIT", 0.3)
+    silent, *_ = make(serving=False)
+    silent.after_failure([])
+    assert "no requeue: the rendezvous host, which requeues the job, did not say" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_second_caller_waits_for_the_first_to_have_said_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    requeue, _, _, _, protocol = make(serving=False)
+    first = threading.Thread(target=requeue.after_failure, args=([],))
+    first.start()
+    time.sleep(0.3)
+    threading.Timer(0.3, lambda: protocol.set_requeue_outcome(True, "the outcome")).start()
+    requeue.after_failure([])  # returns only once the first has printed
+    assert "the outcome" in capsys.readouterr().err
+    first.join(5)
+
+
+def test_the_guard_after_a_failure_is_said_on_every_node(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for serving in (True, False):
+        requeue, _, slurm, _, _ = make(serving, budget=B._replace(min_run=3600.0))
+        requeue.after_failure([])
+        assert slurm.ran == []
+        assert "no requeue: this run trained for 0 s, less than" in capsys.readouterr().err
