@@ -26,8 +26,8 @@ from .proc import TIMEOUT_RC, clean_env, run_logged
 from .venvs import full_python_version, select, version_order
 
 #: The scenarios run per torch version: every launch scenario of torchrun_jsc, every scenario
-#: after the start (the job watch, signals, Slurm's stop, recovery, requeue), the Slurm auto-configured launch and
-#: the good preflight. (The harness's own tests, explain and the
+#: after the start (the job watch, signals, Slurm's stop, recovery, requeue), the Slurm
+#: auto-configured launch and the good preflight. (The harness's own tests, explain and the
 #: guards do not depend on the torch version; CI runs them on 2.13 and Debian's 1.13.)
 SUITE = (
     "tests/cluster/test_launcher.py",

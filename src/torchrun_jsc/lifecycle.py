@@ -28,6 +28,7 @@ from .patches.params import AGENT_SIDE
 from .request import Request
 from .runtime.node import Node
 from .runtime.requeue import Budget
+from .slurm import SlurmStep, expand_hostlist
 from .versions import OWN_SESSION_FROM, TorchVersion
 
 #: The patches this module decides (all others fix the start).
@@ -230,6 +231,8 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
         min_run=settings.requeue_min_run,
         grace=settings.requeue_grace,
         signal=settings.requeue_signal,
+        node_rank=request.node_rank,
+        host=_host_name(step, settings.host_node_rank),
     )
     side.patch(params.Requeue(node=node, budget=budget), f"job {budget.job} back into the queue")
     signal = budget.signal
@@ -260,6 +263,16 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
         f"SLURM_RESTART_COUNT={budget.done}; none after a run shorter than"
         f" {budget.min_run:g} s (TORCHRUN_JSC_REQUEUE_MIN_RUN)",
     )
+
+
+def _host_name(step: SlurmStep, host_node_rank: int) -> str:
+    """The Slurm name of the rendezvous host's node (node ranks follow the step's node list),
+    or "" when the step does not say."""
+    try:
+        names = expand_hostlist(step.nodelist or "")
+    except ValueError:
+        return ""
+    return names[host_node_rank] if 0 <= host_node_rank < len(names) else ""
 
 
 def _wait_for_host(

@@ -227,6 +227,44 @@ def test_a_lost_node_it_cannot_replace_requeues_the_job_without_it(
         assert "first failure: node3 (node rank 3)" in text, f"task {t}\n{context}"
 
 
+@pytest.mark.skipif(not SLOW, reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
+def test_a_lost_rendezvous_host_is_stood_in_for_and_excluded(five_cluster: Cluster) -> None:
+    """4 of 5 nodes, --max_restarts=0: node0, the rendezvous host, frozen → the others lose it;
+    node rank 1 requeues in its place without node0 (node ranks 2 and 3 see it done); the next
+    run, on node1-4 with node1 as its host, resumes and completes. node0 is thawed once the
+    requeue is said, as for a lost node."""
+    cluster, name = five_cluster, "hostless"
+    job = cluster.sbatch(batch_script(cluster, name, 4, {}))
+    wait_for(cluster, name, 0, 4, "step=12 ", 150)
+    cluster.freeze_node(0)
+    line = (
+        f"torchrun_jsc: requeue 1 of 3: job {job} requeued after a failure it could not recover"
+        " from (the rendezvous host lost), without node0; its next run resumes from the"
+        " checkpoint"
+    )
+    try:
+        deadline = time.monotonic() + PEER_TIMEOUT + 90
+        while line not in outputs(cluster, name, 0, 4)[1]:
+            assert time.monotonic() < deadline, said(cluster, name, 1, 4, job)
+            time.sleep(0.3)
+    finally:
+        cluster.thaw_node(0)
+    assert job_fields(cluster, job).get("ExcNodeList") == "node0"
+    wait_requeued(cluster, job, 1)
+    state = wait_ended(cluster, job, 240)
+    context = said(cluster, name, 2, 4, job)
+    assert state == "COMPLETED", f"{state}\n{context}"
+    second = outputs(cluster, name, 1, 4)
+    assert all("host=node0 " not in t for t in second), context
+    assert_resumed(second, 4, context)
+    first = outputs(cluster, name, 0, 4)
+    done_by_other = "requeued by another node in the lost rendezvous host's place"
+    for t in (2, 3):
+        assert first[t].count(done_by_other) == 1, f"task {t}\n{context}"
+    for t in (1, 2, 3):
+        assert "first failure: the rendezvous host" in first[t], f"task {t}\n{context}"
+
+
 def test_a_job_that_fails_at_once_is_requeued_at_most_the_maximum(
     main_cluster: Cluster,
 ) -> None:

@@ -299,6 +299,8 @@ def test_the_requeue_gets_the_job_its_count_and_its_settings() -> None:
         "min_run": 60.0,
         "grace": 90.0,
         "signal": "SIGUSR2",
+        "node_rank": 1,
+        "host": "node0",  # node rank 0 of the step's node list
     }
     assert patches(p)["requeue"] == {"node": {**NODE1}, "budget": budget}
     assert decision(p, "requeue after SIGUSR2").startswith(

@@ -81,7 +81,7 @@ def test_what_scontrol_show_job_says() -> None:
         "JobId=12 JobName=train JobState=RUNNING Requeue=1 Restarts=0 BatchFlag=1"
         " ReqNodeList=(null) ExcNodeList=node[3-4] NodeList=node[0-2,5]"
     )
-    assert job_facts(text) == JobFacts(True, "node[3-4]", True)
+    assert job_facts(text) == JobFacts(True, "node[3-4]", True, 0)
     assert job_facts("JobId=12 Requeue=0 BatchFlag=0") == JobFacts(False, "(null)", False)
     assert job_facts("") == JobFacts(None, "(null)", None)
 
@@ -128,3 +128,26 @@ def test_the_lines() -> None:
     )
     assert ", without node3, node4;" in done_line(B, "a failure", ["node3", "node4"])
     assert no_line("why") == "torchrun_jsc: no requeue: why"
+
+
+def test_the_stand_ins_for_a_lost_host_take_turns() -> None:
+    from torchrun_jsc.runtime.requeue import (
+        STAND_IN_STEP,
+        host_lost,
+        requeued_already,
+        stand_in_delay,
+    )
+
+    assert [stand_in_delay(B._replace(node_rank=r)) for r in (0, 1, 2, 3, 4, None)] == [
+        None,
+        0.0,
+        STAND_IN_STEP,
+        2 * STAND_IN_STEP,
+        None,
+        None,
+    ]
+    assert host_lost([Record(kind=LOST, hostname="n1", what="the rendezvous host n0i:1")])
+    assert not host_lost([Record(kind=LOST, hostname="n3"), Record(kind=FAILED, hostname="n1")])
+    assert requeued_already(B, job_facts("JobId=12 Restarts=1"))
+    assert not requeued_already(B._replace(done=1), job_facts("JobId=12 Restarts=1"))
+    assert not requeued_already(B, None)

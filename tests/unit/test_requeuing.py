@@ -237,3 +237,45 @@ def test_the_guard_after_a_failure_is_said_on_every_node(
         requeue.after_failure([])
         assert slurm.ran == []
         assert "no requeue: this run trained for 0 s, less than" in capsys.readouterr().err
+
+
+HOST_LOST = [Record(kind=LOST, hostname="node2", node_rank=2, what="the rendezvous host n0i:1")]
+
+
+def test_a_lost_host_is_stood_in_for_by_node_rank_1_without_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    budget = B._replace(node_rank=1, host="node0")
+    requeue, _, slurm, _, protocol = make(serving=False, budget=budget)
+    protocol.store.running.clear()  # type: ignore[attr-defined]  # the host is frozen
+    started = time.monotonic()
+    requeue.after_failure(HOST_LOST)
+    assert time.monotonic() - started < 5  # neither the store nor a turn is waited for
+    assert slurm.ran == [
+        ("scontrol", "-o", "show", "job", "12"),
+        ("scontrol", "-o", "show", "job", "12"),
+        ("scontrol", "requeuehold", "12"),
+        ("scontrol", "update", "JobId=12", "ExcNodeList=node0"),
+        ("scontrol", "release", "12"),
+    ]
+    assert "requeued after a failure it could not recover from (the rendezvous host lost)," in (
+        capsys.readouterr().err
+    )
+    protocol.store.running.set()  # type: ignore[attr-defined]
+
+
+def test_a_later_stand_in_sees_the_requeue_done_and_others_only_say_who(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other, _, other_slurm, _, _ = make(serving=False, budget=B._replace(node_rank=7))
+    other.after_failure(HOST_LOST)
+    assert other_slurm.ran == []
+    assert "node ranks 1-3 requeue it in its place" in capsys.readouterr().err
+    monkeypatch.setattr(requeuing, "stand_in_delay", lambda budget: 0.0)  # its turn at once
+    slurm = Slurm({"show": (0, "JobId=12 Requeue=1 BatchFlag=1 Restarts=1")})
+    requeue, *_ = make(serving=False, slurm=slurm, budget=B._replace(node_rank=2, host="n0"))
+    requeue.after_failure(HOST_LOST)
+    assert slurm.ran == [("scontrol", "-o", "show", "job", "12")]
+    assert "job 12 requeued by another node in the lost rendezvous host's place" in (
+        capsys.readouterr().err
+    )

@@ -30,6 +30,30 @@ class Budget(NamedTuple):
     min_run: float = 600.0
     grace: float = 120.0
     signal: str = "SIGUSR1"
+    #: This node's rank, and the Slurm name of the rendezvous host's node ("" unknown): when
+    #: the host is lost, the next node ranks requeue in its place, without it.
+    node_rank: Optional[int] = None
+    host: str = ""
+
+
+#: When the rendezvous host is lost, these node ranks requeue in its place, one after another
+#: (each looks first whether one before it did): enough for two more lost nodes, few enough
+#: that Slurm is not asked by every node.
+STAND_INS = (1, 2, 3)
+#: Seconds between two stand-ins' turns.
+STAND_IN_STEP = 5.0
+
+
+def stand_in_delay(budget: Budget) -> Optional[float]:
+    """How long this node waits before it requeues for a lost host; None: it does not."""
+    if budget.node_rank not in STAND_INS:
+        return None
+    return STAND_INS.index(budget.node_rank) * STAND_IN_STEP
+
+
+def host_lost(records: Sequence[Record]) -> bool:
+    """Whether this node's own records say it lost the rendezvous host."""
+    return any(r.kind == LOST and r.what.startswith("the rendezvous host") for r in records)
 
 
 class Verdict(NamedTuple):
@@ -98,17 +122,29 @@ class JobFacts(NamedTuple):
     requeue: Optional[bool]
     excluded: str
     batch: Optional[bool]
+    restarts: Optional[int] = None
 
 
 def job_facts(output: str) -> JobFacts:
-    """The job's ``Requeue``, ``ExcNodeList`` and ``BatchFlag`` fields."""
-    fields = dict(re.findall(r"(?:^|\s)(Requeue|ExcNodeList|BatchFlag)=(\S*)", output))
+    """The job's ``Requeue``, ``ExcNodeList``, ``BatchFlag`` and ``Restarts`` fields."""
+    fields = dict(re.findall(r"(?:^|\s)(Requeue|ExcNodeList|BatchFlag|Restarts)=(\S*)", output))
 
     def flag(name: str) -> Optional[bool]:
         value = fields.get(name)
         return None if value is None else value == "1"
 
-    return JobFacts(flag("Requeue"), fields.get("ExcNodeList", "(null)"), flag("BatchFlag"))
+    restarts = fields.get("Restarts", "")
+    return JobFacts(
+        flag("Requeue"),
+        fields.get("ExcNodeList", "(null)"),
+        flag("BatchFlag"),
+        int(restarts) if restarts.isdigit() else None,
+    )
+
+
+def requeued_already(budget: Budget, facts: Optional[JobFacts]) -> bool:
+    """Whether Slurm counts a requeue of this run already (another node did it)."""
+    return facts is not None and facts.restarts is not None and facts.restarts > budget.done
 
 
 def refusal(facts: Optional[JobFacts], command: Sequence[str], error: str) -> str:

@@ -17,7 +17,9 @@ nor reported, nor passed through torch's exit barrier. Then, in a thread:
 
 **After a failure** the job cannot recover from (the first failure printed): the serving node
 applies the guard, requeues the job with the nodes the job watch declared lost excluded, and
-writes the outcome; the other nodes print it when it comes in time.
+writes the outcome; the other nodes print it when it comes in time. When the serving node is
+the one lost, node ranks 1-3 requeue in its place without it, one after another, each asking
+Slurm first whether one before it did (Slurm's restart count of the job is the record).
 
 Every wait here has a bound (:mod:`.timing`); torch's monitor waits at most their sum.
 """
@@ -37,15 +39,19 @@ from .ledger import say
 from .protocol import JobProtocol
 from .report import Record
 from .requeue import (
+    STAND_INS,
     Budget,
     commands,
     done_line,
     excluded,
+    host_lost,
     job_facts,
     lost_names,
     no_line,
     refusal,
+    requeued_already,
     signal_cause,
+    stand_in_delay,
     verdict,
 )
 from .watch_types import Event
@@ -259,6 +265,9 @@ class Requeuing:
             say(no_line(guard.why_not))
             return
         protocol, job = self.job.protocol, self.job
+        if host_lost(records):
+            self._stand_in()
+            return
         if protocol is not None and not job.serving:
             found = _poll(protocol.requeue_outcome, timing.REQUEUE_OUTCOME_WAIT)
             if found is not None:
@@ -270,6 +279,31 @@ class Requeuing:
         say(line)
         if protocol is not None:
             self._tell(protocol, ok, line, len(job.members) - 1 - len(lost))
+
+    def _stand_in(self) -> None:
+        """The rendezvous host, which requeues, is lost: node ranks 1-3 requeue in its place,
+        one after another, each first asking Slurm whether one before it did."""
+        budget = self.budget
+        delay = stand_in_delay(budget)
+        ranks = "-".join(str(r) for r in (STAND_INS[0], STAND_INS[-1]))
+        if delay is None:
+            say(
+                f"torchrun_jsc: the rendezvous host, which requeues the job, was lost: node"
+                f" ranks {ranks} requeue it in its place"
+            )
+            return
+        time.sleep(delay)
+        code, output = self.run(("scontrol", "-o", "show", "job", budget.job))
+        if requeued_already(budget, job_facts(output) if code == 0 else None):
+            say(
+                f"torchrun_jsc: requeue {budget.done + 1} of {budget.most}: job {budget.job}"
+                " requeued by another node in the lost rendezvous host's place"
+            )
+            return
+        lost = [budget.host] if budget.host else []
+        say(
+            self._requeue("a failure it could not recover from (the rendezvous host lost)", lost)[1]
+        )
 
     # ------------------------------------------------------------------ Slurm
 
