@@ -99,7 +99,7 @@ def test_the_serving_node_requeues_once_every_member_is_ready(
     protocol.requeue_ready()
     protocol.requeue_told()  # the other node read the outcome: no linger
     assert ends.done.wait(10)
-    assert slurm.ran[1:] == [("scontrol", "requeue", "12")]
+    assert slurm.ran[1:] == [("scontrol", "-o", "show", "job", "12"), ("scontrol", "requeue", "12")]
     assert ends.codes == [0]
     line = (
         "torchrun_jsc: requeue 1 of 3: job 12 requeued after SIGUSR1 (Slurm's warning before"
@@ -253,7 +253,6 @@ def test_a_lost_host_is_stood_in_for_by_node_rank_1_without_it(
     assert time.monotonic() - started < 5  # neither the store nor a turn is waited for
     assert slurm.ran == [
         ("scontrol", "-o", "show", "job", "12"),
-        ("scontrol", "-o", "show", "job", "12"),
         ("scontrol", "requeuehold", "12"),
         ("scontrol", "update", "JobId=12", "ExcNodeList=node0"),
         ("scontrol", "release", "12"),
@@ -276,6 +275,18 @@ def test_a_later_stand_in_sees_the_requeue_done_and_others_only_say_who(
     requeue, *_ = make(serving=False, slurm=slurm, budget=B._replace(node_rank=2, host="n0"))
     requeue.after_failure(HOST_LOST)
     assert slurm.ran == [("scontrol", "-o", "show", "job", "12")]
-    assert "job 12 requeued by another node in the lost rendezvous host's place" in (
+    assert "requeue 1 of 3: job 12 was requeued already (by another node)" in (
         capsys.readouterr().err
     )
+
+
+def test_a_thawed_host_does_not_requeue_the_jobs_next_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Frozen, then thawed after a stand-in requeued: Slurm counts the requeue already."""
+    slurm = Slurm({"show": (0, "JobId=12 JobState=RUNNING Requeue=1 BatchFlag=1 Restarts=1")})
+    requeue, _, _, _, protocol = make(serving=True, slurm=slurm)
+    protocol.requeue_told(5)
+    requeue.after_failure([Record(kind=LOST, hostname="node0", node_rank=0, what="this node,")])
+    assert slurm.ran == [("scontrol", "-o", "show", "job", "12")]
+    assert "job 12 was requeued already (by another node)" in capsys.readouterr().err

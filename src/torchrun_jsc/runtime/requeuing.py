@@ -293,34 +293,30 @@ class Requeuing:
             )
             return
         time.sleep(delay)
-        code, output = self.run(("scontrol", "-o", "show", "job", budget.job))
-        if requeued_already(budget, job_facts(output) if code == 0 else None):
-            say(
-                f"torchrun_jsc: requeue {budget.done + 1} of {budget.most}: job {budget.job}"
-                " requeued by another node in the lost rendezvous host's place"
-            )
-            return
         lost = [budget.host] if budget.host else []
-        say(
-            self._requeue("a failure it could not recover from (the rendezvous host lost)", lost)[1]
-        )
+        cause = "a failure it could not recover from (the rendezvous host lost)"
+        say(self._requeue(cause, lost)[1])
 
     # ------------------------------------------------------------------ Slurm
 
     def _requeue(self, cause: str, lost: Sequence[str]) -> Tuple[bool, str]:
-        """Requeue the job (excluding ``lost``): whether Slurm did, and the line."""
-        job = self.budget.job
-        facts = None
-        exclude = ""
-        if lost:
-            code, output = self.run(("scontrol", "-o", "show", "job", job))
-            facts = job_facts(output) if code == 0 else None
-            exclude = excluded(facts.excluded if facts else "", lost)
-        for command in commands(job, exclude):
+        """Requeue the job (excluding ``lost``): whether Slurm did, and the line. Not when
+        Slurm counts a requeue of this run already: the job may be running its next run (a
+        node that was frozen, and thawed after another node requeued, must not requeue that)."""
+        budget = self.budget
+        code, output = self.run(("scontrol", "-o", "show", "job", budget.job))
+        facts = job_facts(output) if code == 0 else None
+        if requeued_already(budget, facts):
+            return True, (
+                f"torchrun_jsc: requeue {budget.done + 1} of {budget.most}: job {budget.job}"
+                " was requeued already (by another node)"
+            )
+        exclude = excluded(facts.excluded if facts else "", lost) if lost else ""
+        for command in commands(budget.job, exclude):
             code, output = self.run(command)
             if code != 0:
                 return False, no_line(refusal(facts, command, output))
-        return True, done_line(self.budget, cause, lost)
+        return True, done_line(budget, cause, lost)
 
 
 def _poll(look: Callable[[], Optional[T]], seconds: float) -> Optional[T]:
