@@ -348,3 +348,41 @@ def test_a_spare_that_is_not_needed_ends_with_the_job(
     assert "TRJSC_RESUMED" not in job.output(spare), said(job)
     assert "restart 1 of" not in "".join(job.output(i) for i in range(5)), said(job)
     print(f"unneeded spare: every node ended {took:.0f} s after the start")
+
+
+def test_no_false_alarm_with_a_spare_on_a_fully_loaded_machine(
+    five_cluster: Cluster, job_cleanup: List[Job]
+) -> None:
+    """--nnodes=4 --max_restarts=3 on 5 nodes at the smallest peer timeout, four busy loops on
+    the machine's two cores for the whole job (about a minute of training): no node or spare is
+    declared lost, nothing restarts, every step is right, the spare is not needed, every node
+    exits 0. (Runs alone in CI, after the other scenarios, as the other full-load one.)"""
+    from tests.cluster.test_lifecycle import busy
+
+    hogs = busy(4)
+    try:
+        job = Job(
+            five_cluster,
+            command(five_cluster, "4", 3),
+            [{**env, "TRJSC_STEPS": "240"} for env in envs(five_cluster, 5, "loaded")],
+        )
+        job_cleanup.append(job)
+        job.wait_exit(list(range(5)), 480)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    codes = {i: job.procs[i].returncode for i in range(5)}
+    assert codes == dict.fromkeys(range(5), 0), f"{codes}\n{said(job)}"
+    text = "".join(job.output(i) for i in range(5))
+    for alarm in ("has not been heard from", "has not answered", "restart 1 of", "did not run"):
+        assert alarm not in text, f"{alarm!r}\n{said(job)}"
+    spare = [i for i in range(5) if "torchrun_jsc: spare: the job's" in job.output(i)]
+    assert len(spare) == 1, said(job)
+    assert "the job completed without needing this node" in job.output(spare[0]), said(job)
+    trained = [i for i in range(5) if i != spare[0]]
+    runs = {i: last_run(job.output(i)) for i in trained}
+    for i, run in runs.items():
+        assert run.world == 4 and run.resumed_from == 0, f"node{i}: {run}\n{said(job)}"
+        assert set(run.steps) == set(range(1, 241)) and all(run.steps.values()), said(job)
+        assert run.done_ok, f"node{i}: {run}\n{said(job)}"
