@@ -319,15 +319,20 @@ class Requeuing:
         return True, done_line(budget, cause, lost)
 
 
+#: Seconds between two looks at the store while waiting for another node's word: every node
+#: looks, and on thousands of nodes they all ask the one store.
+POLL_EVERY = 0.5
+
+
 def _poll(look: Callable[[], Optional[T]], seconds: float) -> Optional[T]:
-    """``look()`` every 0.2 s (each call bounded) until it answers (not None), at most
-    ``seconds``; None otherwise."""
+    """``look()`` every :data:`POLL_EVERY` seconds (each call bounded) until it answers (not
+    None), at most ``seconds``; None otherwise."""
     deadline = time.monotonic() + seconds
     while True:
         found: Optional[T] = bounded(look, timing.STORE_WAIT)
         if found is not None or time.monotonic() >= deadline:
             return found
-        time.sleep(0.2)
+        time.sleep(POLL_EVERY)
 
 
 def _exit_now(code: int) -> None:
