@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,3 +302,9 @@ def _running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def busy(cores: int) -> list[subprocess.Popen[bytes]]:
+    """Fully load ``cores`` CPUs (busy loops; no network)."""
+    loop = "while True: pass"
+    return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(cores)]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -26,6 +24,7 @@ from tests.cluster.harness import Cluster
 from tests.cluster.scenarios import (
     Job,
     assert_training_ok,
+    busy,
     describe,
     parse_results,
     torchrun_argv,
@@ -260,12 +259,6 @@ def test_scancel_signal_usr1_reaches_every_worker_once(jsc_cluster: Cluster) -> 
 
 
 # --------------------------------------------------------------------------- no false alarm
-
-
-def busy(cores: int) -> List[subprocess.Popen[bytes]]:
-    """Fully load ``cores`` CPUs (busy loops; no network)."""
-    loop = "while True: pass"
-    return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(cores)]
 
 
 @pytest.mark.parametrize(

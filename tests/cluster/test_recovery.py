@@ -22,7 +22,7 @@ from typing import Dict, List, NamedTuple, Sequence, Tuple
 import pytest
 
 from tests.cluster.harness import Cluster
-from tests.cluster.scenarios import Job, torchrun_argv
+from tests.cluster.scenarios import Job, busy, torchrun_argv
 
 pytestmark = pytest.mark.cluster
 
@@ -357,8 +357,6 @@ def test_no_false_alarm_with_a_spare_on_a_fully_loaded_machine(
     the machine's two cores for the whole job (about a minute of training): no node or spare is
     declared lost, nothing restarts, every step is right, the spare is not needed, every node
     exits 0. (Runs alone in CI, after the other scenarios, as the other full-load one.)"""
-    from tests.cluster.test_lifecycle import busy
-
     hogs = busy(4)
     try:
         job = Job(
