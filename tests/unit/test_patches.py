@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from typing import Any, Iterator
 
@@ -19,9 +20,23 @@ def undo() -> Iterator[None]:
     patches.restore_all()
 
 
-def test_host_matcher_patches_both_bindings() -> None:
+def no_name_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine is ``testbox`` at 10.78.0.10 and no other name resolves: torch's host
+    recognition looks names up, and unit tests must not need a resolver or a network."""
+
+    def getaddrinfo(host: str, *args: object, **kw: object) -> object:
+        if host == "testbox":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "testbox", ("10.78.0.10", 0))]
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "testbox")
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+def test_host_matcher_patches_both_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
 
+    no_name_service(monkeypatch)
     original = rdzv_utils._matches_machine_hostname
     assert original("node0i-not-here") is False
     assert patches.install(params.HostMatcher(host="node0i-not-here", is_local=True)) is None
@@ -68,13 +83,18 @@ def test_store_info_build_publishes_the_address_on_a_2_4_signature(
 ) -> None:
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
+    from torch.distributed.elastic.utils import distributed
 
     def build_2_4(rank: int, store: object) -> None:  # the 2.4 signature (a fingerprint)
         raise AssertionError("replaced")
 
+    def get_free_port() -> int:  # torch's binds a socket: not in a unit test
+        return 29517
+
     monkeypatch.setattr(RendezvousStoreInfo, "build", staticmethod(build_2_4))
+    monkeypatch.setattr(distributed, "get_free_port", get_free_port)
     assert patches.install(params.StoreInfoBuild(address="10.78.0.13")) is None
-    store = dist.HashStore()
+    store = dist.HashStore()  # in memory
     rank0 = RendezvousStoreInfo.build(0, store)
     rank1 = RendezvousStoreInfo.build(1, store)
     assert rank0.master_addr == rank1.master_addr == "10.78.0.13"
