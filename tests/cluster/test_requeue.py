@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
@@ -194,35 +194,48 @@ def test_the_warning_signal_requeues_the_job_which_resumes(five_cluster: Cluster
     assert all("requeue" not in t for t in outputs(cluster, name, 1, 4)), context
 
 
-def test_a_lost_node_it_cannot_replace_requeues_the_job_without_it(
-    five_cluster: Cluster,
-) -> None:
-    """4 of 5 nodes, --max_restarts=0: node3 frozen → lost, the job cannot go on → requeued
-    held, node3 excluded, released; the next run (node0-2 and node4) resumes and completes.
-    node3 is thawed once the requeue is said, as Slurm would take a dead node out: its frozen
-    processes keep the old run from ending."""
-    cluster, name = five_cluster, "excluded"
+def lost_then_requeued(
+    cluster: Cluster, name: str, node: int, line: str, tasks: Sequence[int]
+) -> Tuple[List[str], str, str]:
+    """A 4-node job with the setting trains; ``node`` is frozen until ``tasks`` (of the first
+    run) said ``line``, then thawed, as Slurm would take a dead node out (its frozen processes
+    keep the old run from ending). The job must be requeued with that node excluded, and its
+    next run, without it, resume and complete. Returns the first run's outputs, the line with
+    the job's id, and the context for messages."""
     job = cluster.sbatch(batch_script(cluster, name, 4, {}))
     wait_for(cluster, name, 0, 4, "step=12 ", 150)
-    cluster.freeze_node(3)
-    line = (
-        f"torchrun_jsc: requeue 1 of 3: job {job} requeued after a failure it could not recover"
-        " from, without node3; its next run resumes from the checkpoint"
-    )
+    cluster.freeze_node(node)
+    line = line.replace("{job}", job)
     try:
-        wait_for(cluster, name, 0, 3, line, PEER_TIMEOUT + 90)
+        deadline = time.monotonic() + PEER_TIMEOUT + 90
+        while not all(line in outputs(cluster, name, 0, 4)[t] for t in tasks):
+            assert time.monotonic() < deadline, f"{line!r}\n{said(cluster, name, 1, 4, job)}"
+            time.sleep(0.3)
     finally:
-        cluster.thaw_node(3)
+        cluster.thaw_node(node)
     fields = job_fields(cluster, job)
-    assert fields.get("ExcNodeList") == "node3", fields
+    assert fields.get("ExcNodeList") == f"node{node}", fields
     wait_requeued(cluster, job, 1)
     state = wait_ended(cluster, job, 240)
     context = said(cluster, name, 2, 4, job)
     assert state == "COMPLETED", f"{state}\n{context}"
     second = outputs(cluster, name, 1, 4)
-    assert all("host=node3 " not in t for t in second), context
+    assert all(f"host=node{node} " not in t for t in second), context
     assert_resumed(second, 4, context)
-    for t, text in enumerate(outputs(cluster, name, 0, 3)):
+    return outputs(cluster, name, 0, 4), line, context
+
+
+def test_a_lost_node_it_cannot_replace_requeues_the_job_without_it(
+    five_cluster: Cluster,
+) -> None:
+    """4 of 5 nodes, --max_restarts=0: node3 frozen → lost, the job cannot go on → requeued
+    held, node3 excluded, released; the next run (node0-2 and node4) resumes and completes."""
+    line = (
+        "torchrun_jsc: requeue 1 of 3: job {job} requeued after a failure it could not recover"
+        " from, without node3; its next run resumes from the checkpoint"
+    )
+    first, line, context = lost_then_requeued(five_cluster, "excluded", 3, line, (0, 1, 2))
+    for t, text in enumerate(first[:3]):
         assert text.count(line) == 1, f"task {t}\n{context}"
         assert "first failure: node3 (node rank 3)" in text, f"task {t}\n{context}"
 
@@ -231,33 +244,13 @@ def test_a_lost_node_it_cannot_replace_requeues_the_job_without_it(
 def test_a_lost_rendezvous_host_is_stood_in_for_and_excluded(five_cluster: Cluster) -> None:
     """4 of 5 nodes, --max_restarts=0: node0, the rendezvous host, frozen → the others lose it;
     node rank 1 requeues in its place without node0 (node ranks 2 and 3 see it done); the next
-    run, on node1-4 with node1 as its host, resumes and completes. node0 is thawed once the
-    requeue is said, as for a lost node."""
-    cluster, name = five_cluster, "hostless"
-    job = cluster.sbatch(batch_script(cluster, name, 4, {}))
-    wait_for(cluster, name, 0, 4, "step=12 ", 150)
-    cluster.freeze_node(0)
+    run, on node1-4 with node1 as its host, resumes and completes."""
     line = (
-        f"torchrun_jsc: requeue 1 of 3: job {job} requeued after a failure it could not recover"
+        "torchrun_jsc: requeue 1 of 3: job {job} requeued after a failure it could not recover"
         " from (the rendezvous host lost), without node0; its next run resumes from the"
         " checkpoint"
     )
-    try:
-        deadline = time.monotonic() + PEER_TIMEOUT + 90
-        while line not in outputs(cluster, name, 0, 4)[1]:
-            assert time.monotonic() < deadline, said(cluster, name, 1, 4, job)
-            time.sleep(0.3)
-    finally:
-        cluster.thaw_node(0)
-    assert job_fields(cluster, job).get("ExcNodeList") == "node0"
-    wait_requeued(cluster, job, 1)
-    state = wait_ended(cluster, job, 240)
-    context = said(cluster, name, 2, 4, job)
-    assert state == "COMPLETED", f"{state}\n{context}"
-    second = outputs(cluster, name, 1, 4)
-    assert all("host=node0 " not in t for t in second), context
-    assert_resumed(second, 4, context)
-    first = outputs(cluster, name, 0, 4)
+    first, _, context = lost_then_requeued(five_cluster, "hostless", 0, line, (1,))
     done_by_other = "was requeued already (by another node)"
     for t in (2, 3):
         assert first[t].count(done_by_other) == 1, f"task {t}\n{context}"
