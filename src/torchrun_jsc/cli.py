@@ -68,6 +68,9 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         from .preflight import run_preflight
 
         sys.exit(run_preflight(prepared))
+    from .runtime import relaunch
+
+    relaunch.remember(args, env)  # before carry_out changes the environment
     carry_out(plan)
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException

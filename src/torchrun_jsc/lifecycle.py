@@ -10,6 +10,7 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 | grace between SIGTERM and SIGKILL | ``term_grace`` | when ``TORCHRUN_JSC_TERM_GRACE`` is set |
 | lost nodes stop the job | ``peer_watch`` | multi-node c10d launches torchrun_jsc fixes |
 | going on without a lost node; spares | ``recovery`` | those, with ``--max_restarts`` > 0 |
+| the next node hosts when the host is lost | ``failover`` | those, unless ``is_host`` is given |
 | requeue after the warning signal or a failure | ``requeue`` | ``TORCHRUN_JSC_REQUEUE=1`` |
 | the job's first failure, last line | ``failure_report`` | every launch |
 | a stop by a signal, one line | ``stop_signal`` | every launch (with the failure report) |
@@ -23,12 +24,14 @@ from typing import Optional, Tuple
 
 from .decisions import Collector
 from .facts import NodeFacts
+from .handover import Handover
 from .patches import params
 from .patches.params import AGENT_SIDE
 from .request import Request
 from .runtime.node import Node
 from .runtime.requeue import Budget
 from .slurm import SlurmStep, expand_hostlist
+from .torch_defaults import TERM_GRACE
 from .versions import OWN_SESSION_FROM, TorchVersion
 
 #: The patches this module decides (all others fix the start).
@@ -38,6 +41,8 @@ PATCHES = AGENT_SIDE
 LATE_HOST = 30.0
 #: The shortest join_timeout a late host is given.
 MIN_JOIN = 30
+#: How long an agent that hands over may take to start again and serve (seconds).
+HANDOVER_START = 60.0
 
 
 def plan_agent_side(
@@ -47,10 +52,11 @@ def plan_agent_side(
     facts: NodeFacts,
     is_host: Optional[bool],
     fixing: bool,
+    address: Optional[str] = None,
 ) -> None:
     """Collect into ``side`` the mechanisms for a launch that goes ahead; ``fixing``:
     torchrun_jsc fixes this multi-node c10d rendezvous (its endpoint and this node's role are
-    known)."""
+    known); ``address``: the address this node advertises."""
     if request.options is None:
         return
     settings = request.settings
@@ -89,7 +95,8 @@ def plan_agent_side(
         side.decide("grace before SIGKILL", f"{settings.term_grace:g} s", "TORCHRUN_JSC_TERM_GRACE")
     node = _node(request, facts, is_host, fixing)
     _peer_watch(side, request, node, fixing)
-    _recovery(side, request, node, fixing)
+    if _recovery(side, request, node, fixing):
+        _failover(side, request, node, facts, address)
     if settings.failure_report:
         scope = "the whole job" if fixing else "this node (no shared rendezvous store)"
         side.patch(params.FailureReport(node=node), f"the first failure of {scope}")
@@ -180,18 +187,19 @@ def _peer_watch(side: Collector, request: Request, node: Node, fixing: bool) -> 
     )
 
 
-def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> None:
+def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> bool:
+    """Whether a lost node restarts the job without it."""
     options = request.options
     assert options is not None
     restarts = options.max_restarts
     if not (fixing and request.settings.peer_timeout > 0):
-        return  # no lost node is ever named: nothing to go on from
+        return False  # no lost node is ever named: nothing to go on from
     if not request.settings.recovery:
         side.decide("after a lost node", "the job stops", "TORCHRUN_JSC_RECOVERY=0")
-        return
+        return False
     if restarts == 0:
         side.decide("after a lost node", "the job stops", "--max_restarts=0")
-        return
+        return False
     low, high = options.min_nodes, options.max_nodes
     side.patch(
         params.Recovery(node=node, min_nodes=low, max_restarts=restarts),
@@ -211,11 +219,49 @@ def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> No
         f"agents beyond {high} nodes{here}",
         "they wait in the rendezvous, take a lost node's place, and end with the job",
     )
+    return True
+
+
+def _failover(
+    side: Collector, request: Request, node: Node, facts: NodeFacts, address: Optional[str]
+) -> None:
+    settings = request.settings
+    if not settings.failover:
+        side.decide("rendezvous host lost", "the job stops", "TORCHRUN_JSC_FAILOVER=0")
+        return
+    if request.is_host is not None:
+        side.decide(
+            "rendezvous host lost",
+            "the job stops",
+            "is_host is given in --rdzv_conf: no other node could be made the host",
+        )
+        return
+    grace = TERM_GRACE if node.grace is None else node.grace
+    wait = failover_wait(settings.peer_timeout, grace)
+    side.patch(
+        params.Failover(
+            node=node,
+            wait=wait,
+            host_addresses=facts.endpoint_addresses,
+            host_rank=settings.host_node_rank if request.node_rank is not None else None,
+            address=address,
+            previous=request.handover,
+        ),
+        "the next live node in node-rank order hosts the next round",
+    )
     side.decide(
         "rendezvous host lost",
-        "the job stops",
-        "its agent serves the store; no other node takes over yet",
+        "the next live node hosts",
+        "every other node starts its agent again at the next live node of the last round in"
+        " node-rank order (its own address, the same port), within the restarts; that node"
+        f" has {wait:g} s to serve, else it is lost too and the job stops",
     )
+
+
+def failover_wait(peer_timeout: float, grace: float) -> float:
+    """How long the nodes wait for the next host after a handover: its own detection of the
+    loss (the peer timeout), its workers' end (the grace) and its agent's new start."""
+    return peer_timeout + grace + HANDOVER_START
 
 
 def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, ...]) -> None:
@@ -283,6 +329,10 @@ def _wait_for_host(
     join = request.conf_seconds("join_timeout")
     read = request.conf_seconds("read_timeout")
     age = facts.step_age or 0.0
+    handed = request.handover
+    if handed is not None:
+        _wait_after_handover(side, endpoint.text, handed, is_host)
+        return
     if not settings.wait_for_host:
         side.decide(
             "waiting for the host", f"read_timeout ({read} s)", "TORCHRUN_JSC_WAIT_FOR_HOST=0"
@@ -309,6 +359,23 @@ def _wait_for_host(
                 f" step, later than the other nodes wait for it (join_timeout {join} s): they"
                 " have probably given up"
             )
+
+
+def _wait_after_handover(
+    side: Collector, endpoint: str, handed: Handover, is_host: Optional[bool]
+) -> None:
+    """After a handover the next host has ``handed.wait`` seconds: the others wait that long
+    for it, and it waits that long for them (a bound each can name)."""
+    wait = handed.wait
+    if is_host is False:
+        side.patch(
+            params.WaitForHost(endpoint=endpoint, wait=wait, handed_over=True),
+            "the next host after a handover",
+        )
+        side.decide("waiting for the host", f"{wait:g} s", "the next host after a handover")
+    elif is_host:
+        side.conf["join_timeout"] = str(max(int(wait), MIN_JOIN))
+        side.decide("join_timeout", side.conf["join_timeout"], "after a handover: the others' wait")
 
 
 def _rank_order(side: Collector, request: Request) -> None:

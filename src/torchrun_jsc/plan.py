@@ -162,6 +162,14 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
         for option, value, reason in request.auto.reasons:
             draft.decide(option, value, f"Slurm auto-configuration: {reason}")
         draft.args.extend(request.auto.args)
+    handed = request.handover
+    if handed is not None:
+        draft.decide(
+            "rendezvous handed over",
+            handed.host_name,
+            f"{handed.lost} was lost; this process continues the job (restart {handed.restart})",
+        )
+        draft.args.append(f"--rdzv_endpoint={handed.endpoint}")
     _check_nproc_word(draft, request, version, facts)
     fixing = False
     if request.untouched is not None:
@@ -178,9 +186,12 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
 def _agent_side(
     draft: _Draft, request: Request, version: TorchVersion, facts: NodeFacts, fixing: bool
 ) -> None:
-    lifecycle.plan_agent_side(draft, request, version, facts, draft.is_host, fixing)
-    if draft.conf:  # after the auto-configured options, before --local_addr
+    lifecycle.plan_agent_side(
+        draft, request, version, facts, draft.is_host, fixing, address=draft.address
+    )
+    if draft.conf:  # after the auto-configured options and the handover, before --local_addr
         at = len(request.auto.args) if request.auto is not None else 0
+        at += request.handover is not None
         draft.args.insert(at, f"--rdzv_conf={format_rdzv_conf({**request.conf, **draft.conf})}")
 
 
@@ -322,13 +333,14 @@ def _decide_is_host(draft: _Draft, request: Request, local: bool) -> None:
             " node",
         )
         return
-    if request.node_rank is not None:
+    by_address = request.handover is not None and request.handover.host_node_rank is None
+    if request.node_rank is not None and not by_address:
         is_host = request.node_rank == settings.host_node_rank
         reason = (
             f"node rank {request.node_rank} (from {request.node_rank_source}) "
             f"{'==' if is_host else '!='} host node rank {settings.host_node_rank}"
         )
-    elif settings.host_by_address:
+    elif settings.host_by_address or by_address:
         is_host = local
         reason = f"{host} {'is' if local else 'is not'} an address of this node"
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from . import autoconfig, envvars
+from . import autoconfig, envvars, handover
 from .errors import ConfigError
 from .network import Endpoint, parse_endpoint
 from .settings import Settings
@@ -100,6 +100,8 @@ class Request(NamedTuple):
     node_rank_source: Optional[str] = None
     #: The values of :data:`CONSULTED` variables that are set.
     environment: Tuple[Tuple[str, str], ...] = ()
+    #: This process continues a job whose rendezvous host was lost (:mod:`.handover`).
+    handover: Optional[handover.Handover] = None
 
     def env(self, name: str) -> str:
         """A consulted variable's value ('' when unset)."""
@@ -145,6 +147,9 @@ def read_request(
         return base._replace(stop=first)
     notes: List[str] = []
     auto, filled = _auto_configure(first, settings, step, notes)
+    handed, filled = _hand_over(filled, env)
+    if handed is not None and handed.host_node_rank is not None:
+        settings = settings._replace(host_node_rank=handed.host_node_rank)
     options = _options(command, filled)
     untouched = _untouched(options)
     conf: Dict[str, str] = {}
@@ -170,6 +175,8 @@ def read_request(
     if untouched is None and step is not None:
         step.need("tasks_per_node", "num_nodes")
     return base._replace(
+        settings=settings,
+        handover=handed,
         version_requested=first.version_requested,
         options=options,
         insert_at=first.insert_at,
@@ -207,6 +214,21 @@ def _auto_configure(
     added = dict(auto.values)
     return auto, parsed._replace(
         values={**parsed.values, **added}, given=parsed.given | frozenset(added)
+    )
+
+
+def _hand_over(
+    parsed: Parsed, env: Mapping[str, str]
+) -> Tuple[Optional[handover.Handover], Parsed]:
+    """A process started again after a lost rendezvous host: the next host's endpoint over the
+    command line's (the plan adds it as an option after the user's, so it wins)."""
+    text = env.get(handover.VARIABLE, "")
+    if not text.strip():
+        return None, parsed
+    handed = handover.decode(text)
+    return handed, parsed._replace(
+        values={**parsed.values, "rdzv_endpoint": handed.endpoint},
+        given=parsed.given | frozenset({"rdzv_endpoint"}),
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from . import envvars
 from .errors import ConfigError
+from .handover import VARIABLE as HANDOVER_VARIABLE
 from .patches.wait_for_host import SAY_EVERY
 from .settings_requeue import REQUEUE_VARIABLES
 from .settings_values import (
@@ -321,6 +322,22 @@ VARIABLES: Tuple[Variable, ...] = (
         short="0, 1",
     ),
     Variable(
+        "TORCHRUN_JSC_FAILOVER",
+        "failover",
+        switch,
+        True,
+        "1",
+        SWITCH,
+        (
+            "1: with recovery on (`TORCHRUN_JSC_RECOVERY`, `--max_restarts` > 0), a lost "
+            "rendezvous host is survived like any lost node: every other node (the spares "
+            "too) stops its workers and starts its agent again, and the next live node of the "
+            "last round in node-rank order hosts the next round at its own address and the "
+            "same port; the restart count carries over. 0: a lost rendezvous host stops the job."
+        ),
+        short="0, 1",
+    ),
+    Variable(
         "TORCHRUN_JSC_WAIT_FOR_HOST",
         "wait_for_host",
         switch,
@@ -359,6 +376,8 @@ VARIABLES: Tuple[Variable, ...] = (
 )
 
 _BY_NAME: Dict[str, Variable] = {v.name: v for v in VARIABLES}
+#: Variables torchrun_jsc sets for its own next process (not settings; read by the request).
+INTERNAL = (HANDOVER_VARIABLE,)
 
 
 def variable(name: str) -> Variable:
@@ -401,6 +420,7 @@ class Settings(NamedTuple):
     term_grace: Optional[float]
     kill_orphans: bool
     recovery: bool
+    failover: bool
     wait_for_host: bool
     rank_order: Optional[str]
     requeue: bool
@@ -412,7 +432,11 @@ class Settings(NamedTuple):
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Read and validate every ``TORCHRUN_JSC_*`` variable."""
-        unknown = sorted(k for k in env if k.startswith("TORCHRUN_JSC_") and k not in _BY_NAME)
+        unknown = sorted(
+            k
+            for k in env
+            if k.startswith("TORCHRUN_JSC_") and k not in _BY_NAME and k not in INTERNAL
+        )
         if unknown:
             known = ", ".join(v.name for v in VARIABLES)
             raise ConfigError(f"unknown variable {unknown[0]}; known: {known}")

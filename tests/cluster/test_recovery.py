@@ -1,6 +1,7 @@
 """Going on after a lost node, on the namespace cluster: a spare takes a frozen node's place,
 a job goes on smaller after a node is killed, a thawed node ends on its own without touching
-the new round, and a job that cannot go on stops saying why.
+the new round, the next node hosts when the rendezvous host is lost, and a job that cannot go
+on stops saying why.
 
 The workload (``jobs/resume.py``) checkpoints every 5 steps and resumes, as torch's elastic
 docs ask of a training script; every scenario checks the sums of every step after the restart,
@@ -273,28 +274,73 @@ def test_a_job_that_cannot_go_on_stops_saying_why(
     assert took < 60 + PEER_TIMEOUT, f"{took:.0f} s\n{job}"
 
 
-@pytest.mark.slow
-def test_a_lost_rendezvous_host_ends_every_node_and_the_spare(
+def next_host(members: Sequence[int], lost: int) -> int:
+    """The node that hosts after ``lost``: the next of ``members`` in node-rank order."""
+    return min(i for i in members if i != lost)
+
+
+def handed_over(job: Job, nodes: Sequence[int], line: str, limit: float = 30.0) -> None:
+    """Until every one of ``nodes`` said ``line``."""
+    waited = time.monotonic()
+    while not all(line in job.output(i) for i in nodes):
+        assert time.monotonic() - waited < limit, f"{line!r} not on all of {nodes}\n{said(job)}"
+        time.sleep(0.2)
+
+
+def test_the_next_node_hosts_when_the_rendezvous_host_is_lost_twice(
     five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
-    """--nnodes=4 on 5 nodes, node0 (it serves the store) frozen: the host cannot be replaced
-    yet, so the job stops as without recovery; nothing waits on the frozen store, the spare
-    neither: every other node ends non-zero within the peer timeout and a minute more. (Per
-    release in the matrix.)"""
-    if not SLOW:
-        pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
+    """--nnodes=3:4 on 5 nodes, one a spare. node0, which serves the rendezvous store, frozen
+    → every other node, the spare too, starts its agent again and the next node of the round in
+    node-rank order hosts the next round at its own address (restart 1, the spare in the lost
+    host's place), training resumes from the checkpoint; node0, thawed, ends on its own. Then
+    that new host SIGKILLed (its connections reset at once) → the next one hosts (restart 2),
+    the job goes on with 3 nodes and completes; every live node exits 0."""
     cluster = five_cluster
-    job, spare, first = with_a_spare(cluster, job_cleanup, "host")
+    job, spare, first = with_a_spare(cluster, job_cleanup, "failover", "3:4", "last_call_timeout=5")
     job.wait_for("TRJSC_TRAINING", nodes=first)
+    if spare == 0:
+        pytest.fail(f"node0, the rendezvous host, waits as the spare\n{said(job)}")
+    wait_for_step(job, first[0], 12)
     cluster.freeze_node(0)
-    others = [1, 2, 3, 4]
-    took = job.wait_exit(others, PEER_TIMEOUT + 60)
-    codes = {i: job.procs[i].returncode for i in others}
-    assert all(c not in (None, 0) for c in codes.values()), f"{codes}\n{said(job)}"
-    assert took < PEER_TIMEOUT + 60, f"{took:.0f} s\n{said(job)}"
-    assert "has not answered for" in job.output(spare if spare else 1), said(job)
-    assert job.wait_gone(others, 20) == {}, said(job)
-    print(f"host: every other node ended {took:.0f} s after the freeze (spare: node{spare})")
+    host1 = next_host(first, 0)
+    second = sorted(set(range(1, 5)))
+    to_step = first_step_after(job, host1, 1, TO_FIRST_STEP + 30)
+    print(f"failover: the freeze of the host to the new round's first step {to_step:.1f} s")
+    line = (
+        "restart 1 of 3: the rendezvous host node0i:29500 lost; going on with 4 nodes, node rank"
+        f" {host1} at 10.78.0.{10 + host1}:29500 hosting the rendezvous"
+    )
+    handed_over(job, second, line)
+    joined = "torchrun_jsc: spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)"
+    assert joined in job.output(spare), said(job)
+    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
+    cluster.thaw_node(0)  # it must end on its own and not disturb the new round
+    # the second host loss, right away (training is short): the new host killed, its
+    # connections reset at once
+    resumed = steps_into_round(job, host1, 2, 3)
+    host2 = next_host(second, host1)
+    groups = job.output(host2).count("TRJSC_RESUMED ")
+    cluster.signal_node(host1, signal.SIGKILL)
+    to_step = first_step_after(job, host2, groups, TO_FIRST_STEP + 30)
+    print(f"failover: the kill of the new host to the next round's first step {to_step:.1f} s")
+    live = [i for i in second if i != host1]
+    took = job.wait_exit(live, 240)
+    job.wait_exit([0], 60)
+    assert job.procs[0].returncode not in (None, 0), said(job)
+    assert "torchrun_jsc: this node did not run for" in job.output(0), said(job)
+    codes = {i: job.procs[i].returncode for i in live}
+    assert codes == dict.fromkeys(live, 0), f"{codes}\n{said(job)}"
+    runs = assert_resumed_and_completed(job, live, 3)
+    assert min(r.resumed_from for r in runs.values()) >= resumed, f"{runs}\n{said(job)}"
+    line = (
+        f"restart 2 of 3: the rendezvous host 10.78.0.{10 + host1}:29500 lost; going on with 3"
+        f" nodes, node rank {host2} at 10.78.0.{10 + host2}:29500 hosting the rendezvous"
+    )
+    assert all(line in job.output(i) for i in live), said(job)
+    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
+    assert job.wait_gone(list(range(5)), 20) == {}, said(job)
+    print(f"failover: every live node ended {took:.0f} s after the kill")
 
 
 @pytest.mark.slow

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import pytest
 
 from torchrun_jsc.errors import ConfigError
+from torchrun_jsc.handover import VARIABLE, Handover, encode
+from torchrun_jsc.lifecycle import HANDOVER_START
 from torchrun_jsc.plan import Plan
 from torchrun_jsc.runtime.node import Node
 
@@ -62,7 +64,11 @@ def test_a_multi_node_launch_is_watched_through_its_store() -> None:
     assert found["peer_watch"] == {"timeout": 60.0, "node": node_params}
     assert found["failure_report"] == {"node": node_params}
     assert found["rank_order"] == {"node_rank": 1}
-    assert found["wait_for_host"] == {"endpoint": "node0i:29500", "wait": 600.0}
+    assert found["wait_for_host"] == {
+        "endpoint": "node0i:29500",
+        "wait": 600.0,
+        "handed_over": False,
+    }
 
 
 def test_the_host_watches() -> None:
@@ -222,8 +228,94 @@ def test_restarts_switch_recovery_on_with_the_minimum_and_the_budget() -> None:
     }
     assert decision(p, "after a lost node").startswith("restart without it (up to 3 times)")
     assert "or on fewer nodes down to 3" in decision(p, "after a lost node")
-    assert decision(p, "rendezvous host lost").startswith("the job stops")
+    assert decision(p, "rendezvous host lost").startswith("the next live node hosts")
+    assert found["failover"] == {
+        "node": {**NODE1, "elastic": True},
+        "wait": 60.0 + 30.0 + HANDOVER_START,
+        "host_addresses": [ib(0)],
+        "host_rank": 0,
+        "address": ib(1),
+        "previous": None,
+    }
     assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1") in p.env
+
+
+@pytest.mark.parametrize(
+    ("env", "extra", "why"),
+    [
+        ({"TORCHRUN_JSC_FAILOVER": "0"}, [], "TORCHRUN_JSC_FAILOVER=0"),
+        ({}, ["--rdzv_conf=is_host=0"], "is_host is given in --rdzv_conf"),
+    ],
+)
+def test_failover_off_or_with_is_host_given_a_lost_host_stops_the_job(
+    env: Dict[str, str], extra: List[str], why: str
+) -> None:
+    argv = ["--nnodes=4", *MULTI[1:], "--max_restarts=3", *extra, *SCRIPT]
+    p = plan(argv, {"SLURM_NODEID": "1", **env}, "2.13.0", node(1))
+    assert "recovery" in patches(p) and "failover" not in patches(p)
+    assert decision(p, "rendezvous host lost").startswith(f"the job stops ({why}")
+
+
+def test_without_recovery_there_is_no_failover() -> None:
+    p = recovering(0)
+    assert "failover" not in patches(p)
+    assert "rendezvous host lost" not in [d.topic for d in p.decisions]
+
+
+def test_the_failover_wait_counts_the_grace_the_user_gave() -> None:
+    p = recovering(3, {"TORCHRUN_JSC_TERM_GRACE": "5", "TORCHRUN_JSC_PEER_TIMEOUT": "10"})
+    assert patches(p)["failover"]["wait"] == 10.0 + 5.0 + HANDOVER_START
+
+
+def handed(rank: Optional[int], endpoint: str = "10.78.0.11:29500", spare: bool = False) -> str:
+    return encode(
+        Handover(
+            endpoint=endpoint,
+            host_node_rank=rank,
+            restart=1,
+            lost="the rendezvous host node0i:29500",
+            wait=100.0,
+            spare=spare,
+        )
+    )
+
+
+@pytest.mark.parametrize(("me", "hosts"), [(1, True), (2, False)])
+def test_after_a_handover_the_next_host_is_elected_by_its_node_rank(me: int, hosts: bool) -> None:
+    argv = ["--nnodes=4", *MULTI[1:], "--max_restarts=3", *SCRIPT]
+    env = {"SLURM_NODEID": str(me), VARIABLE: handed(1)}
+    p = plan(argv, env, "2.13.0", node(me, endpoint_host=ib(1), endpoint_addresses=(ib(1),)))
+    assert "--rdzv_endpoint=10.78.0.11:29500" in p.added_args
+    # the added endpoint comes after the user's, so torch's parser takes it
+    assert p.argv.index("--rdzv_endpoint=10.78.0.11:29500") > p.argv.index(MULTI[3])
+    assert decision(p, "is_host").startswith(f"{int(hosts)} (node rank {me}")
+    assert decision(p, "rendezvous handed over").startswith("node rank 1 at 10.78.0.11:29500")
+    assert patches(p)["failover"]["previous"]["restart"] == 1
+    if hosts:
+        assert "join_timeout=100" in next(a for a in p.added_args if a.startswith("--rdzv_conf"))
+        assert "wait_for_host" not in patches(p)
+    else:
+        assert patches(p)["wait_for_host"] == {
+            "endpoint": "10.78.0.11:29500",
+            "wait": 100.0,
+            "handed_over": True,
+        }
+
+
+def test_after_a_handover_without_node_ranks_in_the_keys_the_host_is_found_by_address() -> None:
+    argv = ["--nnodes=4", *MULTI[1:], "--max_restarts=3", *SCRIPT]
+    env = {"SLURM_NODEID": "1", VARIABLE: handed(None, endpoint=f"{ib(1)}:29500")}
+    p = plan(argv, env, "2.13.0", node(1, endpoint_host=ib(1), endpoint_addresses=(ib(1),)))
+    assert decision(p, "is_host").startswith("1 (")
+
+
+@pytest.mark.parametrize(
+    "value", ["{", "[]", '{"endpoint": ""}', handed(1).replace('"restart":1', '"restart":0')]
+)
+def test_a_broken_handover_variable_is_one_line(value: str) -> None:
+    argv = ["--nnodes=4", *MULTI[1:], "--max_restarts=3", *SCRIPT]
+    with pytest.raises(ConfigError, match=f"^{VARIABLE}: .*; accepted: the JSON object"):
+        plan(argv, {"SLURM_NODEID": "1", VARIABLE: value}, "2.13.0", node(1))
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,10 @@ def configure(
     peer_timeout: float = 0.0,
     report: bool = False,
     recovery: Optional[Tuple[int, int]] = None,
+    failover: Optional[session.Failover] = None,
 ) -> None:
     """Configure this process's job watch; undone (a fresh session) by ``restore_all``."""
-    session.SESSION.configure(node, peer_timeout=peer_timeout, report=report, recovery=recovery)
+    session.SESSION.configure(
+        node, peer_timeout=peer_timeout, report=report, recovery=recovery, failover=failover
+    )
     on_restore(session.reset)

@@ -4,8 +4,9 @@ purpose (no torch, no patch module imported): the plan builds these on every lau
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Tuple, Type, Union
+from typing import Dict, NamedTuple, Optional, Tuple, Type, Union
 
+from ..handover import Handover
 from ..runtime.node import Node
 from ..runtime.requeue import Budget
 
@@ -89,6 +90,20 @@ class Recovery(NamedTuple):
     max_restarts: int
 
 
+class Failover(NamedTuple):
+    """``failover``: a lost rendezvous host hands the rendezvous over to the next live node
+    (the store host was node rank ``host_rank``, at ``host_addresses``); the next host has
+    ``wait`` seconds to serve; this node is reached at ``address``; ``previous``: the handover
+    this process continues, if any."""
+
+    node: Node
+    wait: float
+    host_addresses: Tuple[str, ...]
+    host_rank: Optional[int] = None
+    address: Optional[str] = None
+    previous: Optional[Handover] = None
+
+
 class Requeue(NamedTuple):
     """``requeue``: the job is requeued after Slurm's warning signal and after a failure it
     cannot recover from, within ``budget``."""
@@ -106,6 +121,8 @@ class WaitForHost(NamedTuple):
 
     endpoint: str
     wait: float
+    #: The host is the next one after a handover: one that never comes ends the agent.
+    handed_over: bool = False
 
 
 class RankOrder(NamedTuple):
@@ -128,6 +145,7 @@ Params = Union[
     FailureReport,
     StopSignal,
     Recovery,
+    Failover,
     Requeue,
     SpareWait,
     WaitForHost,
@@ -149,6 +167,7 @@ REGISTRY: Dict[str, Type[Params]] = {
     "failure_report": FailureReport,
     "stop_signal": StopSignal,
     "recovery": Recovery,
+    "failover": Failover,
     "requeue": Requeue,
     "spare_wait": SpareWait,
     "wait_for_host": WaitForHost,
@@ -165,6 +184,7 @@ AGENT_SIDE = (
     "failure_report",
     "stop_signal",
     "recovery",
+    "failover",
     "requeue",
     "wait_for_host",
     "rank_order",
@@ -202,7 +222,7 @@ def as_data(params: Params) -> Dict[str, object]:
     """``params`` as plain data (the node as a dict, sequences as lists), for explain."""
     data: Dict[str, object] = {}
     for key, value in params._asdict().items():
-        if isinstance(value, (Node, Budget)):
+        if isinstance(value, (Node, Budget, Handover)):
             value = value._asdict()
         elif isinstance(value, tuple):
             value = list(value)

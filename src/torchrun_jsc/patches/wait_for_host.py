@@ -13,6 +13,8 @@ the first failed attempt and then every 30 s; once connected, the store gets the
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import time
 from datetime import timedelta
 from typing import Any
@@ -29,8 +31,9 @@ ATTEMPT = 10
 SAY_EVERY = 30.0
 
 
-def install(endpoint: str, wait: float) -> None:
-    """Wait up to ``wait`` seconds for the host at ``endpoint`` (for messages)."""
+def install(endpoint: str, wait: float, handed_over: bool = False) -> None:
+    """Wait up to ``wait`` seconds for the host at ``endpoint`` (for messages); after a
+    handover (``handed_over``) a host that never comes ends this agent with one line."""
     [(owner, attr, original)] = verified(CHECKS)
     from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
@@ -50,6 +53,8 @@ def install(endpoint: str, wait: float) -> None:
                 store = original(params)
             except RendezvousConnectionError:
                 elapsed = time.monotonic() - started
+                if elapsed >= wait and handed_over:
+                    _give_up(endpoint, wait)
                 if elapsed >= wait:
                     raise
                 if time.monotonic() - said >= SAY_EVERY:
@@ -72,3 +77,15 @@ def install(endpoint: str, wait: float) -> None:
             return store
 
     replace(owner, attr, _create_tcp_store)
+
+
+def _give_up(endpoint: str, wait: float) -> None:
+    """The next host after a handover never served: lost too. One line, exit 1."""
+    from ..runtime.ledger import say
+
+    say(
+        f"torchrun_jsc: cannot go on: the next rendezvous host {endpoint} did not serve within"
+        f" {wait:g} s after the handover (lost too)"
+    )
+    sys.stdout.flush()
+    os._exit(1)

@@ -8,7 +8,7 @@ Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
 | key | value |
 |---|---|
 | ``hb/<member>`` | the member's heartbeat counter (below); the watcher creates it as 0 |
-| ``who/<member>`` | ``{"hostname": ..., "node_rank": ...}`` for other nodes' messages |
+| ``who/<member>`` | ``{"hostname": ..., "node_rank": ..., "address": ...}`` (names; next host) |
 | ``stop`` | the record of what stopped the job, written once (the first cause wins) |
 | ``fail/n`` | how many record slots are taken |
 | ``fail/<i>`` | one node's record (JSON, :class:`~torchrun_jsc.runtime.report.Record`) |
@@ -87,6 +87,8 @@ class Who(NamedTuple):
 
     hostname: str
     node_rank: Optional[int]
+    #: The address the member advertises (reachable from every node), when it said.
+    address: Optional[str] = None
 
 
 class JobProtocol:
@@ -140,9 +142,12 @@ class JobProtocol:
 
     # ------------------------------------------------------------------ who is who
 
-    def introduce(self, member: str, hostname: str, node_rank: Optional[int]) -> None:
-        """Tell the others who ``member`` is (once; the first word stays)."""
-        info = {"hostname": hostname, "node_rank": node_rank}
+    def introduce(
+        self, member: str, hostname: str, node_rank: Optional[int], address: Optional[str] = None
+    ) -> None:
+        """Tell the others who ``member`` is and where it can be reached (once; the first
+        word stays)."""
+        info = {"hostname": hostname, "node_rank": node_rank, "address": address}
         self.store.first(f"who/{member}", json.dumps(info))
 
     def who(self, member: str) -> Optional[Who]:
@@ -150,8 +155,12 @@ class JobProtocol:
         with contextlib.suppress(Exception):  # unknown: the member is named by its key
             data = json.loads(self.store.peek(f"who/{member}") or "")
             if isinstance(data, dict) and isinstance(data.get("hostname"), str):
-                rank = data.get("node_rank")
-                return Who(data["hostname"], rank if isinstance(rank, int) else None)
+                rank, address = data.get("node_rank"), data.get("address")
+                return Who(
+                    data["hostname"],
+                    rank if isinstance(rank, int) else None,
+                    address if isinstance(address, str) and address else None,
+                )
         return None
 
     # ------------------------------------------------------------------ records

@@ -16,10 +16,12 @@ from .watch_types import Joined
 class Rounds:
     """The rounds of one agent."""
 
-    def __init__(self, protocol: JobProtocol) -> None:
+    def __init__(self, protocol: JobProtocol, offset: int = 0) -> None:
         self.protocol = protocol
         #: torch's number of the job's first round, once known.
         self.first: Optional[int] = None
+        #: The job's restarts before this store's first round (after a handover).
+        self.offset = offset
 
     def joined(
         self, before: Sequence[str], members: Sequence[str], number: int, serving: bool
@@ -31,8 +33,8 @@ class Rounds:
             bounded(lambda: protocol.publish_round(number, members), timing.STORE_WAIT)
         if self.first is None:
             self.first = bounded(lambda: protocol.first_round(number), timing.STORE_WAIT)
-        restart = max(number - (number if self.first is None else self.first), 0)
-        if not before or restart == 0:
+        restart = self.offset + max(number - (number if self.first is None else self.first), 0)
+        if not before or restart == self.offset:
             return Joined(restart=restart, size=len(members))
         return Joined(
             restart=restart,

@@ -40,14 +40,16 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import sys
 import threading
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Tuple
 
+from .. import handover
 from ..torch_defaults import TERM_GRACE
-from . import failures, heartbeats, requeuing, timing, watch, workers
+from . import failures, heartbeats, relaunch, requeuing, timing, watch, workers
 from .beating import Heartbeats, Round, Watchdog, paused_for
 from .bounded import bounded, in_flight
 from .jobstore import JobStore
@@ -57,6 +59,20 @@ from .protocol import JobProtocol
 from .rounds import Rounds
 from .spares import SpareLook
 from .watch import Action, Config, Event, State
+
+
+class Failover(NamedTuple):
+    """What the ``failover`` patch tells the session."""
+
+    #: How long the next host has to serve after a handover.
+    wait: float
+    #: The current rendezvous host: its addresses and node rank (it is no candidate).
+    host_addresses: Tuple[str, ...]
+    host_rank: Optional[int]
+    #: The address this node advertises (it tells the others, should it host next).
+    address: Optional[str]
+    #: The handover this process continues.
+    previous: Optional[handover.Handover]
 
 
 class Session:
@@ -83,6 +99,8 @@ class Session:
         self.closing = threading.Event()
         self.threads: List[threading.Thread] = []
         self.lock = threading.RLock()
+        #: Failover, when the patch switched it on.
+        self.failover: Optional[Failover] = None
 
     # ------------------------------------------------------------------ configuration
 
@@ -92,9 +110,11 @@ class Session:
         peer_timeout: float = 0.0,
         report: bool = False,
         recovery: Optional[Tuple[int, int]] = None,
+        failover: Optional[Failover] = None,
     ) -> None:
         """Switch on a part of the watch (each patch its own, in any order); ``recovery``:
-        ``--nnodes``' minimum and ``--max_restarts``."""
+        ``--nnodes``' minimum and ``--max_restarts``; ``failover``: how long the next host
+        has to serve, the current host's addresses, and the handover this process continues."""
         with self.lock:
             if self.node is None:
                 self.node = node
@@ -111,6 +131,14 @@ class Session:
             if recovery is not None:
                 self.config = self.config._replace(
                     recovery=True, min_nodes=recovery[0], max_restarts=recovery[1]
+                )
+            if failover is not None:
+                self.failover = failover
+                self.config = self.config._replace(
+                    failover=relaunch.possible(),
+                    failover_wait=failover.wait,
+                    store_port=self.node.store_port,
+                    previous=failover.previous,
                 )
             self.ledger.report = self.config.report
         atexit.unregister(self.at_exit)
@@ -157,6 +185,7 @@ class Session:
             self.post,
             self.closing,
             heartbeats.interval_for(config.peer_timeout),
+            self._next_hosts,
         )
         self.spare_look = threading.Thread(target=look.run, daemon=True, name="trjsc-spare")
         self.spare_look.start()
@@ -164,7 +193,16 @@ class Session:
     def rendezvous_failed(self, error: BaseException) -> None:
         """torch's rendezvous raised ``error``: a spare whose job ended (torch closed the
         rendezvous) ends here, the way the job ended; anything else is torch's to handle."""
-        closed = type(error).__name__ in ("RendezvousClosedError", "RendezvousGracefulExitError")
+        previous = self.config.previous
+        kind = type(error).__name__
+        if previous is not None and self.state.phase == watch.Phase.WAITING and kind in _LOST:
+            say(
+                f"torchrun_jsc: cannot go on: after the handover to {previous.host_name}, no"
+                f" round formed within {previous.wait:g} s ({kind}): the next host or too many"
+                " nodes were lost too"
+            )
+            _exit_now(1)
+        closed = kind in ("RendezvousClosedError", "RendezvousGracefulExitError")
         protocol = self.protocol
         if not closed or protocol is None or self.state.phase != watch.Phase.SPARE:
             return
@@ -204,8 +242,43 @@ class Session:
         if not self.config.recovery or protocol is None:
             return watch.Joined(size=len(members))
         if self.rounds is None:
-            self.rounds = Rounds(protocol)
-        return self.rounds.joined(before, members, number, self.serving)
+            previous = self.config.previous
+            self.rounds = Rounds(protocol, 0 if previous is None else previous.restart)
+        joined = self.rounds.joined(before, members, number, self.serving)
+        return joined._replace(next_hosts=self._next_hosts(members))
+
+    def _next_hosts(self, members: List[str]) -> Tuple[handover.Candidate, ...]:
+        """Who would host the next round if the host were lost (failover), in order; the
+        first one's own address is looked up in the background (:meth:`_learn_next_host`)."""
+        failover = self.failover
+        if not self.config.failover or failover is None:
+            return ()
+        found = handover.order(members, failover.host_addresses, host_rank=failover.host_rank)
+        if found:
+            self._thread(lambda: self._learn_next_host(found), "trjsc-next-host")
+        return found
+
+    def _learn_next_host(self, candidates: Tuple[handover.Candidate, ...]) -> None:
+        """The address the first candidate published (its key holds torch's name for it,
+        the hostname before torch 2.0): looked for until it is there, the peer timeout at
+        most; a candidate at the host's own address is left out."""
+        protocol, failover = self.protocol, self.failover
+        if protocol is None or failover is None:
+            return
+        deadline = time.monotonic() + max(self.config.peer_timeout, timing.STORE_WAIT)
+        left = list(candidates)
+        while left and time.monotonic() < deadline and not self.closing.is_set():
+            first = left[0]
+            who = bounded(functools.partial(protocol.who, first.key), timing.STORE_WAIT)
+            if who is None or who.address is None:
+                self.closing.wait(timing.WATCHDOG_EVERY)
+                continue
+            if who.address in failover.host_addresses:
+                left.pop(0)
+                continue
+            left[0] = first._replace(address=who.address)
+            self.post(watch.NextHosts(before=candidates, found=tuple(left)))
+            return
 
     def around_monitor(self, agent: Any, worker_group: Any, original: Any) -> Any:
         """``_monitor_workers``: answer a stop or restart; publish a final failure."""
@@ -216,6 +289,7 @@ class Session:
             self.monitor_interval = float(getattr(worker_group.spec, "monitor_interval", 0) or 0)
         requeuing.park()
         self._look_at_pause()
+        self.park_for_handover()
         asked = self._look()
         if asked == watch.Ask.RESTART:
             return failures.stopped_result(worker_group)
@@ -240,6 +314,31 @@ class Session:
             paused = watchdog.paused()
             if paused >= timeout:
                 self.post(paused_for(protocol, paused))
+
+    def park_for_handover(self) -> None:
+        """torch's main thread while this node hands over: wait for the new process (it
+        replaces this one); if it has not come within the grace and a little more, end."""
+        if self.state.phase != watch.Phase.HANDING_OVER:
+            return
+        time.sleep(self._grace() + timing.EXIT_GRACE)
+        say("torchrun_jsc: cannot go on: the agent did not start again in time")
+        _exit_now(1)
+
+    def hold_for_handover(self) -> None:
+        """torch's rendezvous lost its store: while the watch may still decide to hand over
+        (it declares the host lost after the peer timeout), wait for that decision, at most
+        the peer timeout and two heartbeats; parked when it hands over."""
+        config = self.config
+        if not config.failover:
+            return
+        beat = heartbeats.interval_for(config.peer_timeout)
+        deadline = time.monotonic() + config.peer_timeout + 2 * beat + timing.WATCHDOG_EVERY
+        going = (watch.Phase.TRAINING, watch.Phase.RESTARTING, watch.Phase.SPARE)
+        while time.monotonic() < deadline:
+            self.park_for_handover()
+            if self.state.phase not in going:
+                return
+            time.sleep(timing.WATCHDOG_EVERY)
 
     def may_close(self) -> bool:
         """Whether this agent may close torch's rendezvous at its end: not when it is out of
@@ -330,6 +429,18 @@ class Session:
         self.print_last_line()
         _exit_now(action.code)
 
+    def _do_HandOver(self, action: watch.HandOver) -> None:
+        self._thread(lambda: self._hand_over(action.handover), "trjsc-handover")
+
+    def _hand_over(self, handed: handover.Handover) -> None:
+        """Stop this node's workers, then start the agent again (this process ends here)."""
+        workers.stop_all(self._grace())
+        relaunch.start_again(handed)
+
+    def _grace(self) -> float:
+        node = self.node
+        return float(TERM_GRACE if node is None or node.grace is None else node.grace)
+
     def _do_MarkCompleted(self, action: watch.MarkCompleted) -> None:
         protocol = self.protocol
         if protocol is not None and not self.state.failed:
@@ -392,7 +503,9 @@ class Session:
         protocol, beats = self.protocol, self.beats
         assert protocol is not None and beats is not None
         with contextlib.suppress(Exception):
-            protocol.introduce(self.me, *self._me())
+            failover = self.failover
+            address = None if failover is None else failover.address
+            protocol.introduce(self.me, *self._me(), address)
             protocol.beat(self.me)  # the counter exists before a spare registers
         beats.run()
 
@@ -425,8 +538,7 @@ class Session:
         """Stop this node's workers and publish that (a STOPPED record) unless they had all
         ended by themselves: torch's monitor then publishes their failure."""
         node = self.node
-        grace = float(TERM_GRACE if node is None or node.grace is None else node.grace)
-        count = workers.stop_all(grace)
+        count = workers.stop_all(self._grace())
         if count and node is not None:
             self.ledger.publish_own(failures.stopped(node.hostname, node.node_rank, count))
 
@@ -468,6 +580,10 @@ class Session:
         timeout = self.config.peer_timeout
         beat = heartbeats.interval_for(timeout) if timeout > 0 else 0.0
         return timing.SETTLE + max(self.monitor_interval, beat)
+
+
+#: torch's errors of a rendezvous that could not reach its store or gather its nodes.
+_LOST = ("RendezvousConnectionError", "RendezvousTimeoutError")
 
 
 def _exit_now(code: int) -> None:

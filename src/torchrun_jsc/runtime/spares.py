@@ -7,8 +7,9 @@ This thread only observes and posts events; :mod:`torchrun_jsc.runtime.watch` de
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Callable, List, Tuple
 
+from ..handover import Candidate
 from .protocol import JobProtocol
 from .watch import Event, Phase, SpareFound, SpareReleased
 
@@ -24,7 +25,9 @@ class SpareLook:
         post: Callable[[Event], None],
         closing: threading.Event,
         interval: float,
+        next_hosts: Callable[[List[str]], Tuple[Candidate, ...]] = lambda members: (),
     ) -> None:
+        self.next_hosts = next_hosts
         self.protocol = protocol
         self.me = me
         self.phase = phase
@@ -49,7 +52,8 @@ class SpareLook:
     def _look_for_round(self) -> None:
         latest = self.protocol.latest_round()
         if latest is not None and self.me not in latest[1]:
-            self.post(SpareFound(size=len(latest[1])))
+            members = list(latest[1])
+            self.post(SpareFound(size=len(members), next_hosts=self.next_hosts(members)))
 
     def _look_for_end(self) -> None:
         if self.protocol.stopped():

@@ -16,12 +16,19 @@ The phases of a node::
                                         (stop the workers; end the process, exit 1)
     WAITING ──a round formed without it (recovery)──▶ SPARE ──joined──▶ TRAINING
     SPARE ──the job completed / stopped──▶ (end: exit 0 / 1)
+    TRAINING, RESTARTING, SPARE ──host silent (failover)──▶ HANDING_OVER
+                                        (stop the workers; start the agent again)
     any phase ──requeuing (after Slurm's warning)──▶ (the requeue ends the process)
 
 Recovery (``--max_restarts`` > 0): a lost member restarts the job without it while restarts
 are left and the live members and waiting spares make up ``--nnodes``' minimum; every node
 says each restart once, when the new round forms (the restart count is torch's round number
 minus the job's first, the same on every node, and caps torch's own per-agent budget).
+
+Failover (recovery, ``TORCHRUN_JSC_FAILOVER``): a rendezvous host silent for the peer timeout
+is lost like any node while restarts are left: every other node (a spare too) hands over to the
+first of the last round's members in node-rank order (:mod:`torchrun_jsc.handover`); its next
+process says the restart once the new round forms.
 
 FAILED still listens: torch 2.1+ ends such an agent itself, but before 2.1 it waits in torch's
 exit barrier for every node, and a lost node or host would keep it there for 300 s.
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from .. import handover
 from . import heartbeats
 from .report import FAILED, LOST, Record, describe, node_name
 from .watch_types import (
@@ -46,6 +54,7 @@ from .watch_types import (
     EndSpare,
     Event,
     Exiting,
+    HandOver,
     Joined,
     Leave,
     LookForStop,
@@ -53,6 +62,7 @@ from .watch_types import (
     MarkDone,
     MembersLost,
     MonitorLooks,
+    NextHosts,
     Phase,
     Publish,
     PublishOwn,
@@ -83,6 +93,7 @@ __all__ = [
     "EndSpare",
     "Event",
     "Exiting",
+    "HandOver",
     "Joined",
     "Leave",
     "LookForStop",
@@ -90,6 +101,7 @@ __all__ = [
     "MarkDone",
     "MembersLost",
     "MonitorLooks",
+    "NextHosts",
     "Phase",
     "Publish",
     "PublishOwn",
@@ -117,7 +129,7 @@ __all__ = [
 
 #: Phases in which this node is ending the job already: news of a lost member, a stop or a
 #: silent host changes nothing more.
-_ENDED = (Phase.STOPPING, Phase.LEAVING)
+_ENDED = (Phase.STOPPING, Phase.LEAVING, Phase.HANDING_OVER)
 
 
 def listening(state: State) -> bool:
@@ -146,6 +158,10 @@ def decide(config: Config, state: State, event: Event) -> Decision:
         return state._replace(exiting=True), ()
     if isinstance(event, StopSeen):
         return state._replace(failed=True), ()
+    if isinstance(event, NextHosts):
+        if state.next_hosts != event.before:
+            return state, ()  # a newer round's candidates
+        return state._replace(next_hosts=event.found), ()
     if not listening(state):
         return state, ()
     if isinstance(event, MembersLost):
@@ -160,17 +176,14 @@ def _joined(config: Config, state: State, event: Joined) -> Decision:
     budget: Tuple[Action, ...] = ()
     if config.recovery:
         budget = (SetRestarts(max(config.max_restarts - event.restart, 0)),)
+    state = state._replace(next_hosts=event.next_hosts)
     if state.phase == Phase.WAITING:
         start: Tuple[Action, ...] = (StartWatch(),) if config.watching_peers else ()
         new = state._replace(phase=Phase.TRAINING, restarts=event.restart)
-        return new, (*start, *budget)
+        return new, (*start, *_handed_over(config, event), *budget)
     if state.phase == Phase.SPARE:
-        line = (
-            f"torchrun_jsc: spare: this node takes a lost node's place (restart"
-            f" {event.restart} of {config.max_restarts}; {event.size} nodes)"
-        )
         new = state._replace(phase=Phase.TRAINING, restarts=event.restart)
-        return new, (Say(line), *budget)
+        return new, (Say(_spare_line(config, event)), *budget)
     if state.phase not in (Phase.RESTARTING, Phase.TRAINING):
         return state, ()
     # a restart asked for but not yet answered is done: torch re-formed the round already
@@ -181,6 +194,22 @@ def _joined(config: Config, state: State, event: Joined) -> Decision:
     if not config.recovery or event.restart <= state.restarts:
         return new, budget
     return new, (Say(_restart_line(config, event)), *budget)
+
+
+def _spare_line(config: Config, event: Joined) -> str:
+    return (
+        f"torchrun_jsc: spare: this node takes a lost node's place (restart"
+        f" {event.restart} of {config.max_restarts}; {event.size} nodes)"
+    )
+
+
+def _handed_over(config: Config, event: Joined) -> Tuple[Action, ...]:
+    """The first round of a process started again after a lost host: the restart, said."""
+    previous = config.previous
+    if previous is None or event.restart != previous.restart:
+        return ()
+    line = Say(handover.restart_line(previous, config.max_restarts, event.size))
+    return (line, Say(_spare_line(config, event))) if previous.spare else (line,)
 
 
 def _restart_line(config: Config, event: Joined) -> str:
@@ -203,7 +232,8 @@ def _spare_found(config: Config, state: State, event: SpareFound) -> Decision:
         f" {config.run_id}); this node waits to take a lost node's place"
     )
     start: Tuple[Action, ...] = (StartWatch(),) if config.watching_peers else ()
-    return state._replace(phase=Phase.SPARE), (Say(line), *start, RegisterSpare())
+    new = state._replace(phase=Phase.SPARE, next_hosts=event.next_hosts)
+    return new, (Say(line), *start, RegisterSpare())
 
 
 def _spare_released(state: State, event: SpareReleased) -> Decision:
@@ -227,7 +257,8 @@ def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
     reason = _cannot_go_on(config, event)
     if (config.recovery or config.elastic) and reason is None and not state.succeeded:
         restart = Say(f"torchrun_jsc: {lost}; restarting the workers without it")
-        new = state._replace(phase=Phase.RESTARTING, answer=Ask.RESTART)
+        hosts = tuple(c for c in state.next_hosts if c.key not in event.keys)
+        new = state._replace(phase=Phase.RESTARTING, answer=Ask.RESTART, next_hosts=hosts)
         return new, (restart, Rewatch(event.keys))
     if config.recovery and reason is not None and not state.succeeded:
         lost = f"{lost}; cannot go on: {reason}"
@@ -264,7 +295,43 @@ def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
         f" {event.silent:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT={timeout:g})"
     )
     what = f"the rendezvous host {config.endpoint}"
+    if config.failover:
+        refused = _no_handover(config, state)
+        if refused is None:
+            return _hand_over(config, state, line, what)
+        line = f"{line}; cannot go on: {refused}"
     return _lost_here(config, state, event.now - event.silent, what, line)
+
+
+def _no_handover(config: Config, state: State) -> Optional[str]:
+    """Why the rendezvous cannot be handed over (None: it can)."""
+    if state.succeeded or state.phase not in (Phase.TRAINING, Phase.RESTARTING, Phase.SPARE):
+        return "this node's part of the job is over"
+    if state.restarts >= config.max_restarts:
+        return f"no restarts left (--max_restarts={config.max_restarts})"
+    if not state.next_hosts:
+        return "no other node of the last round is left to host the rendezvous"
+    return None
+
+
+def _hand_over(config: Config, state: State, line: str, what: str) -> Decision:
+    """Every node that lost its host starts again at the first of ``next_hosts``."""
+    nxt = state.next_hosts[0]
+    handed = handover.Handover(
+        endpoint=handover.endpoint(nxt.address, config.store_port),
+        host_node_rank=nxt.node_rank,
+        restart=state.restarts + 1,
+        lost=what,
+        wait=config.failover_wait,
+        spare=state.phase == Phase.SPARE,
+    )
+    said = (
+        f"{line}; handing over: {handed.host_name} hosts the next round (restart"
+        f" {handed.restart} of {config.max_restarts}); this node stops its workers and starts"
+        " its agent again"
+    )
+    new = state._replace(phase=Phase.HANDING_OVER, out=True)
+    return new, (Say(said), HandOver(handed))
 
 
 def _resumed(config: Config, state: State, event: StoreQuiet) -> Decision:

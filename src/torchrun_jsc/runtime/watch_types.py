@@ -7,6 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import NamedTuple, Optional, Tuple, Union
 
+from ..handover import Candidate, Handover
 from .report import Record
 
 
@@ -19,6 +20,7 @@ class Phase(Enum):
     RESTARTING = "restarting the workers without a lost node"
     FINISHED = "workers finished; in torch's exit barrier"
     FAILED = "workers failed, no restarts left"
+    HANDING_OVER = "the rendezvous host is lost: starting again at the next host"
     STOPPING = "the job failed: stopping this node's workers"
     LEAVING = "the job failed after this node's workers finished: ending"
 
@@ -48,6 +50,14 @@ class Config(NamedTuple):
     min_nodes: int = 1
     max_restarts: int = 0
     run_id: str = ""
+    #: Failover: a lost rendezvous host hands over to the next live node (recovery).
+    failover: bool = False
+    #: The rendezvous port (the next host serves on the same one).
+    store_port: int = 0
+    #: How long the next host has to serve after a handover.
+    failover_wait: float = 0.0
+    #: The handover this process continues (None: the job's first process).
+    previous: Optional[Handover] = None
 
     @property
     def watching_peers(self) -> bool:
@@ -67,6 +77,8 @@ class State(NamedTuple):
     restarts: int = 0
     #: This node is out of the job (frozen, cut off): the others may go on without it.
     out: bool = False
+    #: Who would host the next round if the rendezvous host were lost, in order (failover).
+    next_hosts: Tuple[Candidate, ...] = ()
 
 
 # ---------------------------------------------------------------------------- events
@@ -81,12 +93,16 @@ class Joined(NamedTuple):
     size: int = 0
     left: Tuple[str, ...] = ()
     came: Tuple[str, ...] = ()
+    #: Who would host the next round if the host were lost (failover), in order.
+    next_hosts: Tuple[Candidate, ...] = ()
 
 
 class SpareFound(NamedTuple):
     """Before joining, this node found a round of ``size`` nodes formed without it."""
 
     size: int
+    #: Who would host the next round if the host were lost (failover), in order.
+    next_hosts: Tuple[Candidate, ...] = ()
 
 
 class SpareReleased(NamedTuple):
@@ -109,6 +125,14 @@ class MembersLost(NamedTuple):
     #: The round's size and the live spares waiting (recovery).
     members: int = 0
     spares: int = 0
+
+
+class NextHosts(NamedTuple):
+    """The first of the candidates to host next (``before``) published its address:
+    ``found`` replaces them (unless a newer round changed them meanwhile)."""
+
+    before: Tuple[Candidate, ...]
+    found: Tuple[Candidate, ...]
 
 
 class ToldToStop(NamedTuple):
@@ -160,6 +184,7 @@ Event = Union[
     SpareFound,
     SpareReleased,
     MembersLost,
+    NextHosts,
     ToldToStop,
     StoreQuiet,
     MonitorLooks,
@@ -254,6 +279,12 @@ class EndSpare(NamedTuple):
     code: int
 
 
+class HandOver(NamedTuple):
+    """Stop this node's workers and start its agent again with ``handover`` (the next host)."""
+
+    handover: Handover
+
+
 class MarkCompleted(NamedTuple):
     """Note in the store that the whole job completed (the spares end then)."""
 
@@ -274,6 +305,7 @@ Action = Union[
     RegisterSpare,
     SetRestarts,
     EndSpare,
+    HandOver,
     MarkCompleted,
 ]
 Decision = Tuple[State, Tuple[Action, ...]]

@@ -1,0 +1,66 @@
+"""Starting this agent process again after a lost rendezvous host (the failover's effect).
+
+The command line starts as ``torchrun_jsc ARGS`` (or ``python -m torchrun_jsc ARGS``); before
+anything changes the environment, :func:`remember` keeps the arguments and the environment as
+they came. :func:`start_again` replaces the process with ``python -m torchrun_jsc ARGS`` under
+that environment plus :data:`torchrun_jsc.handover.VARIABLE`: the same process id (Slurm's task
+stays the same), a fresh interpreter, a fresh plan. A process that was not started by the
+command (``apply_fixes()`` in a script of one's own) cannot be started again: failover is off
+there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
+
+from .. import handover
+from .ledger import say
+
+_ORIGINAL: Optional[Tuple[List[str], Dict[str, str]]] = None
+
+
+def remember(args: Sequence[str], env: Mapping[str, str]) -> None:
+    """Keep the command line's arguments and the environment as they came."""
+    global _ORIGINAL
+    _ORIGINAL = (list(args), dict(env))
+
+
+def possible() -> bool:
+    """Whether this process can be started again (it was started by the command)."""
+    return _ORIGINAL is not None
+
+
+def command(args: Sequence[str]) -> List[str]:
+    """The command that starts torchrun_jsc again with ``args``."""
+    return [sys.executable, "-m", "torchrun_jsc", *args]
+
+
+def environment(env: Mapping[str, str], handed: handover.Handover) -> Dict[str, str]:
+    """``env`` with the handover for the next process."""
+    return {**env, handover.VARIABLE: handover.encode(handed)}
+
+
+def start_again(handed: handover.Handover) -> NoReturn:
+    """Replace this process with the same command, continuing after ``handed``."""
+    if _ORIGINAL is None:
+        say("torchrun_jsc: cannot go on: this process was not started by the torchrun_jsc command")
+        os._exit(1)
+    args, env = _ORIGINAL
+    argv = command(args)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    try:
+        os.execve(argv[0], argv, environment(env, handed))
+    except OSError as exc:
+        say(f"torchrun_jsc: cannot go on: starting the agent again failed ({exc})")
+        os._exit(1)
+
+
+def forget() -> None:
+    """Tests: back to a process that was not started by the command."""
+    global _ORIGINAL
+    _ORIGINAL = None

@@ -1,0 +1,314 @@
+"""Failover, by tables: which node hosts next (from the round's member keys), the handover
+carried to the next process, and the job watch's decision when the rendezvous host is lost."""
+
+from __future__ import annotations
+
+import time
+from typing import List, Optional, Tuple
+
+import pytest
+
+from torchrun_jsc import handover
+from torchrun_jsc.errors import ConfigError
+from torchrun_jsc.handover import Candidate, Handover
+from torchrun_jsc.patches.rank_order import encode as rank_id
+from torchrun_jsc.runtime import relaunch, watch
+from torchrun_jsc.runtime.node import Node
+from torchrun_jsc.runtime.session import Failover, Session
+from torchrun_jsc.runtime.watch import Config, Joined, Phase, SpareFound, State, StoreQuiet, decide
+
+from .fakestore import FakeStore
+from .layouts import ib
+from .sessions import with_store
+
+
+def key(i: int, rank: Optional[int] = None, pid: int = 4000) -> str:
+    """A member's store key as the session makes it (address, pid, local id)."""
+    local_id = 0 if rank is None else rank_id(rank, 0)
+    return f"{ib(i)}_{pid + i}_{local_id}"
+
+
+#: Round members in torch's order (address strings), each carrying its node rank.
+MEMBERS = [key(i, i) for i in (3, 0, 2, 1)]
+
+
+def names(found: Tuple[Candidate, ...]) -> List[Optional[int]]:
+    return [c.node_rank for c in found]
+
+
+@pytest.mark.parametrize(
+    ("members", "hosts", "lost", "wanted"),
+    [
+        (MEMBERS, (ib(0),), (), [1, 2, 3]),
+        (MEMBERS, (ib(2),), (), [0, 1, 3]),
+        (MEMBERS, (ib(0),), (key(1, 1),), [2, 3]),
+        ([key(0, 0)], (ib(0),), (), []),
+    ],
+    ids=["the host left out", "the host is node rank 2", "lost members left out", "nobody"],
+)
+def test_who_hosts_next(
+    members: List[str], hosts: Tuple[str, ...], lost: Tuple[str, ...], wanted: List[int]
+) -> None:
+    assert names(handover.order(members, hosts, lost)) == wanted
+
+
+def test_without_node_ranks_the_round_order_is_kept() -> None:
+    members = [key(3), key(1), key(2)]
+    found = handover.order(members, (ib(0),))
+    assert [c.address for c in found] == [ib(3), ib(1), ib(2)]
+    assert [c.node_rank for c in found] == [None, None, None]
+
+
+def test_a_member_key_is_read_back() -> None:
+    assert handover.member(key(1, 1)) == Candidate(key(1, 1), ib(1), 1)
+    assert handover.member("fd00:78::11_77_0") == Candidate("fd00:78::11_77_0", "fd00:78::11", None)
+
+
+@pytest.mark.parametrize(
+    ("address", "text"),
+    [("10.78.0.11", "10.78.0.11:29500"), ("fd00:78::11", "[fd00:78::11]:29500")],
+)
+def test_the_next_endpoint_keeps_the_port(address: str, text: str) -> None:
+    assert handover.endpoint(address, 29500) == text
+
+
+HANDED = Handover(
+    endpoint="10.78.0.11:29500",
+    host_node_rank=1,
+    restart=2,
+    lost="the rendezvous host node0i:29500",
+    wait=150.0,
+    spare=True,
+)
+
+
+def test_the_handover_travels_whole() -> None:
+    assert handover.decode(handover.encode(HANDED)) == HANDED
+    assert (
+        handover.decode(handover.encode(HANDED._replace(host_node_rank=None))).host_node_rank
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("not json", "not JSON"),
+        ("[1]", "not the expected object"),
+        (handover.encode(HANDED).replace('"wait":150.0', '"wait":0'), "wait 0 is not valid"),
+        (handover.encode(HANDED).replace('"restart":2', '"restart":true'), "restart true"),
+        (handover.encode(HANDED).replace('"host_node_rank":1', '"host_node_rank":-1'), "-1"),
+        (handover.encode(HANDED).replace('"spare":true', '"spare":1'), "spare 1 is not valid"),
+    ],
+)
+def test_a_broken_handover_is_refused_in_one_line(value: str, why: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        handover.decode(value)
+    text = str(info.value)
+    assert "\n" not in text and why in text and "; accepted: the JSON object" in text
+
+
+# ---------------------------------------------------------------------------- the watch
+
+FAILOVER = Config(
+    hostname="node2",
+    node_rank=2,
+    endpoint="node0i:29500",
+    peer_timeout=60.0,
+    report=True,
+    recovery=True,
+    min_nodes=4,
+    max_restarts=3,
+    run_id="job7",
+    failover=True,
+    store_port=29500,
+    failover_wait=150.0,
+)
+NEXT = handover.order(MEMBERS, (ib(0),))
+TRAINING = State(phase=Phase.TRAINING, next_hosts=NEXT)
+#: The host silent for 61 s (its operation in flight hung for the peer timeout).
+SILENT = StoreQuiet(stuck=61.0, silent=61.0, now=5000.0)
+
+
+def kinds(actions: Tuple[watch.Action, ...]) -> List[str]:
+    return [type(a).__name__ for a in actions]
+
+
+def said(actions: Tuple[watch.Action, ...]) -> str:
+    return " | ".join(a.line for a in actions if isinstance(a, watch.Say))
+
+
+def test_a_lost_host_hands_over_to_the_next_node_in_node_rank_order() -> None:
+    state, actions = decide(FAILOVER, TRAINING, SILENT)
+    assert state.phase == Phase.HANDING_OVER and state.out and not state.failed
+    assert kinds(actions) == ["Say", "HandOver"]
+    handed = actions[1]
+    assert isinstance(handed, watch.HandOver)
+    assert handed.handover == Handover(
+        endpoint=f"{ib(1)}:29500",
+        host_node_rank=1,
+        restart=1,
+        lost="the rendezvous host node0i:29500",
+        wait=150.0,
+        spare=False,
+    )
+    assert said(actions) == (
+        "torchrun_jsc: the rendezvous host node0i:29500 has not answered for 61 s"
+        " (TORCHRUN_JSC_PEER_TIMEOUT=60); handing over: node rank 1 at 10.78.0.11:29500 hosts"
+        " the next round (restart 1 of 3); this node stops its workers and starts its agent"
+        " again"
+    )
+    # further news changes nothing while the agent starts again
+    assert decide(FAILOVER, state, SILENT) == (state, ())
+
+
+def test_a_spare_hands_over_too_and_says_so_in_its_next_process() -> None:
+    state, _ = decide(FAILOVER, State(), SpareFound(size=4, next_hosts=NEXT))
+    assert state.phase == Phase.SPARE and state.next_hosts == NEXT
+    _, actions = decide(FAILOVER, state, SILENT)
+    handed = actions[-1]
+    assert isinstance(handed, watch.HandOver) and handed.handover.spare
+
+
+@pytest.mark.parametrize(
+    ("name", "config", "state", "why"),
+    [
+        (
+            "no restarts left",
+            FAILOVER,
+            TRAINING._replace(restarts=3),
+            "cannot go on: no restarts left (--max_restarts=3)",
+        ),
+        (
+            "nobody left to host",
+            FAILOVER,
+            TRAINING._replace(next_hosts=()),
+            "cannot go on: no other node of the last round is left to host the rendezvous",
+        ),
+        ("failover off", FAILOVER._replace(failover=False), TRAINING, None),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_when_it_cannot_hand_over_the_job_stops_as_before(
+    name: str, config: Config, state: State, why: Optional[str]
+) -> None:
+    new, actions = decide(config, state, SILENT)
+    assert new.phase == Phase.STOPPING and new.failed
+    assert kinds(actions) == ["ZeroRestarts", "Publish", "Say", "StopWorkers"]
+    line = said(actions)
+    assert line.startswith("torchrun_jsc: the rendezvous host node0i:29500 has not answered")
+    assert (why in line) if why else ("cannot go on" not in line)
+
+
+def test_a_member_lost_before_the_host_is_no_candidate() -> None:
+    lost = watch.MembersLost((key(1, 1),), "node1", 1, 61.0, 1.0, True, members=4, spares=1)
+    state, _ = decide(FAILOVER, TRAINING, lost)
+    assert [c.node_rank for c in state.next_hosts] == [2, 3]
+
+
+def test_the_next_process_says_the_restart_once_the_round_forms() -> None:
+    config = FAILOVER._replace(previous=HANDED._replace(spare=False, restart=1))
+    state, actions = decide(config, State(), Joined(restart=1, size=4, next_hosts=NEXT))
+    assert state.phase == Phase.TRAINING and state.restarts == 1
+    assert said(actions) == (
+        "torchrun_jsc: restart 1 of 3: the rendezvous host node0i:29500 lost; going on with 4"
+        " nodes, node rank 1 at 10.78.0.11:29500 hosting the rendezvous"
+    )
+    assert watch.SetRestarts(2) in actions
+
+
+def test_a_spare_that_handed_over_says_it_takes_a_place() -> None:
+    config = FAILOVER._replace(previous=HANDED._replace(restart=1))
+    _, actions = decide(config, State(), Joined(restart=1, size=4))
+    assert "spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)" in said(actions)
+
+
+def test_a_later_round_of_the_next_process_is_an_ordinary_restart() -> None:
+    config = FAILOVER._replace(previous=HANDED._replace(spare=False, restart=1))
+    state = TRAINING._replace(restarts=1)
+    event = Joined(restart=2, size=3, left=("node3 (node rank 3)",))
+    _, actions = decide(config, state, event)
+    assert said(actions) == (
+        "torchrun_jsc: restart 2 of 3: node3 (node rank 3) lost; going on with 3 nodes"
+    )
+
+
+def test_the_host_is_left_out_by_its_node_rank_when_keys_carry_hostnames() -> None:
+    # torch < 2.0 names a node by its hostname in the key: the host is found by its rank
+    members = [f"node{i}_{4000 + i}_{rank_id(i, 0)}" for i in range(4)]
+    found = handover.order(members, (ib(0),), host_rank=0)
+    assert [c.node_rank for c in found] == [1, 2, 3]
+    assert found[0].address == "node1"
+
+
+def test_the_published_address_replaces_the_keys_unless_a_newer_round_came() -> None:
+    published = (NEXT[0]._replace(address="10.78.0.99"), *NEXT[1:])
+    event = watch.NextHosts(before=NEXT, found=published)
+    state, actions = decide(FAILOVER, TRAINING, event)
+    assert state.next_hosts == published and actions == ()
+    newer = TRAINING._replace(next_hosts=NEXT[1:])
+    assert decide(FAILOVER, newer, event) == (newer, ())
+
+
+# ---------------------------------------------------------------------------- the session
+
+
+def failover_session(members: List[str]) -> Tuple[Session, FakeStore]:
+    session = Session(node=Node(hostname="node2", node_rank=2, store_port=29500))
+    session.configure(
+        session.node,  # type: ignore[arg-type]
+        peer_timeout=10.0,
+        recovery=(4, 3),
+        failover=Failover(150.0, (ib(0),), 0, ib(2), None),
+    )
+    store = with_store(session)
+    session.config = session.config._replace(failover=True)  # started by the command
+    session.members = members
+    return session, store
+
+
+def test_the_session_learns_the_next_hosts_own_address() -> None:
+    session, _ = failover_session(MEMBERS)
+    protocol = session.protocol
+    assert protocol is not None
+    hosts = session._next_hosts(MEMBERS)
+    session.post(Joined(size=4, next_hosts=hosts))
+    # node1 publishes a different address than its key holds (torch < 2.0: its hostname)
+    protocol.introduce(key(1, 1), "node1", 1, "10.78.0.71")
+    deadline = time.monotonic() + 5
+    while session.state.next_hosts[0].address != "10.78.0.71":
+        assert time.monotonic() < deadline, session.state.next_hosts
+        time.sleep(0.05)
+    assert [c.node_rank for c in session.state.next_hosts] == [1, 2, 3]
+    session.closing.set()
+
+
+def test_a_candidate_that_published_the_hosts_address_is_skipped() -> None:
+    session, _ = failover_session(MEMBERS)
+    protocol = session.protocol
+    assert protocol is not None
+    protocol.introduce(key(1, 1), "node1", 1, ib(0))
+    protocol.introduce(key(2, 2), "node2", 2, ib(2))
+    session.post(Joined(size=4, next_hosts=session._next_hosts(MEMBERS)))
+    deadline = time.monotonic() + 5
+    while session.state.next_hosts[0].node_rank != 2:
+        assert time.monotonic() < deadline, session.state.next_hosts
+        time.sleep(0.05)
+    session.closing.set()
+
+
+def test_the_next_process_gets_the_same_command_and_the_handover() -> None:
+    relaunch.remember(["--nnodes=4", "train.py"], {"PATH": "/bin", "A": "1"})
+    try:
+        assert relaunch.possible()
+        assert relaunch.command(["--nnodes=4", "train.py"])[1:] == [
+            "-m",
+            "torchrun_jsc",
+            "--nnodes=4",
+            "train.py",
+        ]
+        env = relaunch.environment({"A": "1"}, HANDED)
+        assert handover.decode(env[handover.VARIABLE]) == HANDED and env["A"] == "1"
+    finally:
+        relaunch.forget()
+    assert not relaunch.possible()
