@@ -210,6 +210,9 @@ def test_non_host_node_killed_during_training(jsc_cluster: Cluster) -> None:
     assert all(c != 0 for c in codes), f"{codes}\n{text}"
     assert elapsed < limit, f"took {elapsed:.0f} s to fail (limit {limit} s)\n{text}"
     assert all("ChildFailedError" in v or "Error" in v for v in outs.values()), text
+    # the first failure is the node that vanished, not a survivor whose collective broke
+    first = "torchrun_jsc: first failure: node3 stopped responding"
+    assert all(first in v for v in outs.values()), text
 
 
 def test_host_node_missing_fails_in_bounded_time(jsc_cluster: Cluster) -> None:

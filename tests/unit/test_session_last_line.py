@@ -142,3 +142,114 @@ def test_the_report_off_writes_nothing_to_the_store() -> None:
     ledger.publish(rec(LOST, "node3", 0))
     ledger.publish_own(rec(STOPPED, "node1", 0, ranks_ended=1))
     assert protocol.record_count() == 0 and len(ledger.records) == 2
+
+
+# --------------------------------------------------------------------------- a vanished node
+
+#: Heartbeats every 2.5 s (peer timeout 10 s): vanished after 7.5 s of quiet, unsure after 3.75.
+BEAT = 2.5
+
+
+def _failed_job(store: FakeStore) -> JobProtocol:
+    """node1's and node2's workers failed when their collectives broke (node3 was killed)."""
+    protocol = JobProtocol(store)
+    protocol.introduce("k3", "node3", 3)
+    now = time.time()  # their workers failed 2 s ago; node3 was last heard from before that
+    for name, rank in (("node1", 1), ("node2", 2)):
+        failed = Record(FAILED, name, rank, now - 2, rank=rank, exitcode=1, ranks_ended=1)
+        protocol.write_record(failed)
+    protocol.write_record(Record(STOPPED, "node0", 0, now - 1, ranks_ended=1))
+    return protocol
+
+
+@pytest.mark.parametrize(
+    ("quiet", "named"),
+    [
+        ({"k1": 1.0, "k2": 1.0, "k3": 8.0}, True),  # node3 wrote nothing and is silent: gone
+        ({"k1": 1.0, "k2": 1.0, "k3": 2.0}, False),  # node3 beats: alive, only slow to write
+        ({"k1": 1.0, "k2": 1.0}, False),  # node3's workers were done (not watched as quiet)
+    ],
+    ids=["silent", "beating", "done"],
+)
+def test_the_serving_node_names_a_member_that_vanished(
+    monkeypatch: pytest.MonkeyPatch, quiet: Any, named: bool
+) -> None:
+    """A node killed outright writes no record; the survivors' collectives broke because of it
+    and their failures come first in time. The watcher, which sees its heartbeat silent for
+    three beats, gives it a LOST record from when it was last heard of: the first failure."""
+    protocol = _failed_job(FakeStore())
+    ledger = Ledger(report=True, protocol=protocol)
+    monkeypatch.setattr(timing, "LINGER", 0.0)
+    records = ledger.read_all(["k0", "k1", "k2", "k3"], True, 0.0, lambda: quiet, BEAT)
+    line = report.report_line(records) or ""
+    if named:
+        assert line.startswith("torchrun_jsc: first failure: node3 (node rank 3) stopped"), line
+        assert protocol.record_count() == 4
+    else:
+        assert line.startswith("torchrun_jsc: first failure: node1 (node rank 1): rank 1"), line
+        assert protocol.record_count() == 3
+    assert protocol.settled()
+
+
+def test_the_serving_node_waits_for_a_member_that_may_have_vanished(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Quiet for two beats at the settle time: not yet named, not yet let go; once quiet for
+    three it is named, within the heartbeats it may wait more."""
+    protocol = _failed_job(FakeStore())
+    ledger = Ledger(report=True, protocol=protocol)
+    monkeypatch.setattr(timing, "LINGER", 0.0)
+    started = time.monotonic()
+
+    def quiet() -> Any:
+        return {"k1": 0.5, "k2": 0.5, "k3": 5.0 + (time.monotonic() - started)}
+
+    records = ledger.read_all(["k0", "k1", "k2", "k3"], True, 0.0, quiet, BEAT)
+    took = time.monotonic() - started
+    assert 2.0 <= took < 4.0, took
+    assert [r.hostname for r in records if r.kind == LOST] == ["node3"]
+
+
+@pytest.mark.parametrize("settled", [True, False])
+def test_the_other_nodes_wait_for_the_serving_nodes_word_at_most_three_beats(
+    settled: bool,
+) -> None:
+    protocol = _failed_job(FakeStore())
+    if settled:
+        protocol.mark_settled()
+    ledger = Ledger(report=True, protocol=protocol)
+    started = time.monotonic()
+    assert len(ledger.read_all(["k0", "k1", "k2", "k3"], False, 0.0, None, 0.4)) == 3
+    took = time.monotonic() - started
+    assert (took < 0.3) if settled else (1.1 <= took < 2.0), took
+
+
+def test_a_stop_written_over_a_counter_is_no_word_from_its_member() -> None:
+    """The watcher tells the others to stop by writing over their counters; a node that vanished
+    must still look silent since its own last beat, or its LOST record comes too late."""
+    from torchrun_jsc.runtime.beating import Heartbeats, Round
+
+    protocol = JobProtocol(FakeStore())
+    current = Round("a", ["a", "b"], serving=True, restarts_left=False)
+    beats = Heartbeats(
+        protocol, 10.0, lambda e: None, lambda: None, lambda: current, threading.Event()
+    )
+    protocol.beat("b")
+    beats._scan(current)  # b heard from now
+    time.sleep(0.3)
+    protocol.tell_stop(rec(FAILED, "node0", 0), ["b"])
+    beats._scan(current)
+    assert beats.quiet("a")["b"] >= 0.3
+    protocol.beat("b")  # a live member beats on after the stop: heard from again
+    beats._scan(current)
+    assert beats.quiet("a")["b"] < 0.3
+
+
+@pytest.mark.parametrize(("slack", "first"), [(0.0, "node1"), (5.0, "node3")])
+def test_a_lost_records_slack_counts_back_from_when_it_was_last_heard(
+    slack: float, first: str
+) -> None:
+    failed = rec(FAILED, "node1", 7.0, node_rank=1, rank=1, exitcode=1)
+    lost = rec(LOST, "node3", 9.0, node_rank=3, slack=slack)
+    root = report.first_failure([failed, lost])
+    assert root is not None and root.hostname == first

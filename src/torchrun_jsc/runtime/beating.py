@@ -50,6 +50,8 @@ class Heartbeats:
         self._spares: List[str] = []
         #: Every spare key read from the store so far (only new slots are read again).
         self._registered: List[str] = []
+        #: When the members' counters were last read (monotonic; None: never).
+        self._scanned: Optional[float] = None
 
     def run(self) -> None:
         """The heartbeat thread's loop, until the process ends."""
@@ -93,11 +95,15 @@ class Heartbeats:
     def _scan(self, current: Round) -> None:
         members = list(current.members)
         beats = self._follow(self.tracker, members, self._known)
-        now = time.monotonic()
+        now = self._scanned = time.monotonic()
         for key, beat in beats.items():
             if beat is not None and beat.done:
                 self.tracker.finished(key)
-        lost = [k for k in self.tracker.observe(beats, now) if k != current.me]
+        # a stop written over a counter is no word from its member: not a change to observe
+        heard = {
+            k: None if b is not None and b.stop and not b.beats else b for k, b in beats.items()
+        }
+        lost = [k for k in self.tracker.observe(heard, now) if k != current.me]
         spares = self._live_spares(members) if current.recovery else 0
         if not lost:
             return
@@ -126,6 +132,14 @@ class Heartbeats:
         values = {k: None if b is None else b.beats for k, b in beats.items()}
         quiet = self.spare_tracker.observe(values, time.monotonic())
         return len([s for s in spares if s not in quiet])
+
+    def quiet(self, me: str) -> Dict[str, float]:
+        """Every other member's seconds of quiet (workers not done), as of now; empty unless
+        the counters were read within the last two heartbeats (else they tell nothing)."""
+        now, interval = time.monotonic(), heartbeats.interval_for(self.timeout)
+        if self._scanned is None or now - self._scanned > 2 * interval:
+            return {}
+        return {k: q for k, q in self.tracker.quiet(now).items() if k != me}
 
     def rewatch(self, lost: Sequence[str]) -> None:
         """Watch the round's members without ``lost`` (torch re-forms the job without them)."""

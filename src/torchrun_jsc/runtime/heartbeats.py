@@ -10,7 +10,9 @@ false alarm, and a watcher that was itself paused sees every live counter moved 
 
 from __future__ import annotations
 
-from typing import Dict, Hashable, Iterable, List, Mapping, Optional
+from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Tuple
+
+from . import timing
 
 
 def interval_for(timeout: float) -> float:
@@ -27,6 +29,18 @@ def host_lost(stuck: float, silent: float, timeout: float, done: bool) -> bool:
     if stuck >= timeout:
         return True
     return not done and silent >= timeout + interval_for(timeout)
+
+
+def sort_out(quiet: Mapping[str, float], beat: float) -> Tuple[List[str], List[str]]:
+    """Members that wrote no record at a failure, by how long they have been quiet (seconds):
+    those that vanished and those that may have (worth waiting for), each in key order."""
+    gone = sorted(k for k, q in quiet.items() if q >= timing.VANISHED_BEATS * beat)
+    unsure = sorted(
+        k
+        for k, q in quiet.items()
+        if timing.SUSPECT_BEATS * beat < q < timing.VANISHED_BEATS * beat
+    )
+    return gone, unsure
 
 
 class Tracker:
@@ -71,3 +85,7 @@ class Tracker:
     def quiet_for(self, key: str, now: float) -> float:
         """Seconds since ``key``'s counter last changed."""
         return now - self._changed.get(key, now)
+
+    def quiet(self, now: float) -> Dict[str, float]:
+        """Seconds of quiet of every watched member whose workers are not done."""
+        return {k: now - c for k, c in self._changed.items() if not self._done.get(k)}

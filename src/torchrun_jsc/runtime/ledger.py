@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import timing
+from . import heartbeats, timing
 from .bounded import bounded
 from .protocol import JobProtocol
-from .report import FAILED, STOPPED, Record, report_line
+from .report import FAILED, LOST, STOPPED, Record, report_line
 
 
 def say(line: str) -> None:
@@ -80,19 +80,31 @@ class Ledger:
         bounded(write, timing.STORE_WAIT)
         return True
 
-    def read_all(self, members: Sequence[str], serving: bool, settle: float) -> List[Record]:
+    def read_all(
+        self,
+        members: Sequence[str],
+        serving: bool,
+        settle: float,
+        quiet: Optional[Callable[[], Mapping[str, float]]] = None,
+        beat: float = 0.0,
+    ) -> List[Record]:
         """Every node's record from the store, waiting up to ``settle`` for ``members`` of
         them; the node ``serving`` the store then waits for the others to have read them.
-        Empty when an operation of this node's hangs (the host is gone)."""
+        Empty when an operation of this node's hangs (the host is gone).
+
+        The serving node also names the members that vanished (``quiet``: the members'
+        seconds of quiet, heartbeats every ``beat`` seconds): a member without a record,
+        quiet for :data:`~.timing.VANISHED_BEATS` heartbeats, gets a LOST record; then it
+        notes that it is done, which the others wait for (a bound: the heartbeats more)."""
         protocol = self.protocol
         if protocol is None or protocol.store.in_flight() > timing.HANG:
             return []
         wanted = max(len(members), 1)
         deadline = time.monotonic() + settle
-        count = protocol.record_count()
-        while count < wanted and time.monotonic() < deadline:
-            time.sleep(0.2)
-            count = protocol.record_count()
+        if serving:
+            count = self._name_the_vanished(protocol, members, deadline, quiet, beat)
+        else:
+            count = self._wait_for_records(protocol, wanted, deadline, beat)
         records = protocol.records(count)
         protocol.mark_read()
         if serving:  # a lost node reads nothing: not waited for
@@ -101,6 +113,71 @@ class Ledger:
             while protocol.readers() < readers and time.monotonic() < linger:
                 time.sleep(0.2)
         return records
+
+    def _wait_for_records(
+        self, protocol: JobProtocol, wanted: int, deadline: float, beat: float
+    ) -> int:
+        """Until ``wanted`` records are in, or the deadline has passed and the serving node
+        has added its own; at most the heartbeats it may wait more. The record count."""
+        latest = deadline + timing.VANISHED_BEATS * beat
+        count = protocol.record_count()
+        while count < wanted and time.monotonic() < latest:
+            if time.monotonic() >= deadline and (beat <= 0 or protocol.settled()):
+                break
+            time.sleep(0.2)
+            count = protocol.record_count()
+        return count
+
+    def _name_the_vanished(
+        self,
+        protocol: JobProtocol,
+        members: Sequence[str],
+        deadline: float,
+        quiet: Optional[Callable[[], Mapping[str, float]]],
+        beat: float,
+    ) -> int:
+        """The serving node's wait: until every member has a record, or the deadline has
+        passed and nobody may still turn out to have vanished; members that vanished get a
+        LOST record meanwhile. The record count."""
+        latest = deadline + (timing.VANISHED_BEATS * beat if quiet is not None else 0.0)
+        wanted, named = max(len(members), 1), set()
+        names: Dict[str, Tuple[str, Optional[int]]] = {}
+        seen, have = -1, set()
+        while True:
+            count = protocol.record_count()
+            now = time.monotonic()
+            if count >= wanted or now >= latest:
+                break
+            unsure: List[str] = []
+            found = dict(quiet()) if quiet is not None else {}
+            if found:
+                if count != seen:
+                    seen, have = count, {(r.hostname, r.node_rank) for r in protocol.records(count)}
+                for key in found:
+                    if key in members and key not in names:
+                        who = protocol.who(key)
+                        names[key] = (who.hostname, who.node_rank) if who else (key, None)
+                missing = {
+                    k: q
+                    for k, q in found.items()
+                    if k in members and k not in named and names[k] not in have
+                }
+                gone, unsure = heartbeats.sort_out(missing, beat)
+                for key in gone:
+                    hostname, node_rank = names[key]
+                    # last heard from at the scan that saw its last beat: it may have gone
+                    # silent up to a heartbeat before that
+                    when = time.time() - missing[key]
+                    lost = Record(LOST, hostname, node_rank, time=when, slack=beat)
+                    self.publish(lost, unread=(key,))
+                    named.add(key)
+                if gone:
+                    continue
+            if now >= deadline and not unsure:
+                break
+            time.sleep(0.2)
+        bounded(protocol.mark_settled, timing.STORE_WAIT)
+        return count
 
 
 class LastLine:

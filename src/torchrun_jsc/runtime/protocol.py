@@ -13,6 +13,7 @@ Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
 | ``fail/n`` | how many record slots are taken |
 | ``fail/<i>`` | one node's record (JSON, :class:`~torchrun_jsc.runtime.report.Record`) |
 | ``fail/read`` | how many nodes have read the records |
+| ``fail/settled`` | set once the serving node has added every record it will |
 | ``connected`` | 0; the operation that makes the connection at the first round |
 | ``round`` | the latest round: ``{"round": ..., "members": [...]}`` (written by the watcher) |
 | ``first_round`` | torch's number of the job's first round (restarts count from it) |
@@ -180,6 +181,14 @@ class JobProtocol:
         """The records of the first ``count`` slots (which must exist)."""
         texts = self.store.get_many([f"fail/{n}" for n in range(1, count + 1)])
         return collect(list(texts.values()))
+
+    def mark_settled(self) -> None:
+        """The serving node has added every record it will (members that vanished)."""
+        self.store.set("fail/settled", "1")
+
+    def settled(self) -> bool:
+        """Whether the serving node has added every record it will."""
+        return self.store.peek("fail/settled") is not None
 
     def mark_read(self) -> None:
         """Count this node among those that have read the records."""

@@ -45,6 +45,9 @@ class Record(NamedTuple):
     #: For FAILED: how many other ranks of this node ended the same way with it (a signal that
     #: killed them all at once): not "stopped after it".
     alike: int = 0
+    #: For LOST: the node may have gone silent up to this many seconds before ``time`` (the
+    #: heartbeats were read that often); the first failure counts from the earliest.
+    slack: float = 0.0
 
     def to_json(self) -> str:
         """The record as one JSON object."""
@@ -71,7 +74,9 @@ def first_failure(records: Sequence[Record]) -> Optional[Record]:
     roots = [r for r in records if r.kind in (FAILED, LOST)]
     if not roots:
         return None
-    return min(roots, key=lambda r: (r.time, r.kind != FAILED, r.node_rank or 0, r.hostname))
+    return min(
+        roots, key=lambda r: (r.time - r.slack, r.kind != FAILED, r.node_rank or 0, r.hostname)
+    )
 
 
 def node_name(hostname: str, node_rank: Optional[int]) -> str:

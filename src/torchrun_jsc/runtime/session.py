@@ -566,12 +566,15 @@ class Session:
         """The first failure, once, when the job failed and the report is on."""
         if not (self.state.failed and self.config.report):
             return
-        members, serving = list(self.members), self.serving
-        settle = self._settle()
+        members, serving, me = list(self.members), self.serving, self.me
+        settle, beats = self._settle(), self.beats
+        timeout = self.config.peer_timeout
+        beat = heartbeats.interval_for(timeout) if timeout > 0 else 0.0
+        quiet = None if beats is None or not serving else functools.partial(beats.quiet, me)
         self.last_line.print(
             self.ledger,
-            lambda: self.ledger.read_all(members, serving, settle),
-            settle + timing.LINGER + timing.STORE_WAIT,
+            lambda: self.ledger.read_all(members, serving, settle, quiet, beat),
+            settle + timing.VANISHED_BEATS * beat + timing.LINGER + timing.STORE_WAIT,
         )
         requeuing.after_failure(self.last_line.seen)
 

@@ -32,3 +32,11 @@ REQUEUE_VERDICT_WAIT = 10.0
 REQUEUE_READY_WAIT = 30.0
 #: How long a node waits for the outcome of a requeue another node carries out.
 REQUEUE_OUTCOME_WAIT = LINGER + SETTLE + 3 * SCONTROL_WAIT
+#: At a failure, a member that wrote no record and whose heartbeat has been quiet for this many
+#: heartbeat intervals vanished (its processes were killed: the others' collectives broke
+#: because of it): the watcher names it lost, so that the first failure is that node.
+VANISHED_BEATS = 3.0
+#: Quiet for more than this many intervals (but not yet the above), such a member may have
+#: vanished: the watcher waits for it to be one or the other, past the settle time (a live
+#: member's counter is seen to move at every read, about one interval apart).
+SUSPECT_BEATS = 1.0
