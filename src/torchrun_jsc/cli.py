@@ -13,6 +13,7 @@ from typing import List, Mapping, NoReturn, Optional
 
 from . import __version__
 from .errors import ConfigError, UnsupportedTorchError
+from .handover import VARIABLE as HANDOVER
 from .settings import VARIABLES, explain_style
 
 #: The project's source repository: its README and docs/ are the documentation.
@@ -70,7 +71,8 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         sys.exit(run_preflight(prepared))
     from .runtime import relaunch
 
-    relaunch.remember(args, env)  # before carry_out changes the environment
+    relaunch.remember(args, env, sys.argv[0])  # before carry_out changes the environment
+    os.environ.pop(HANDOVER, None)  # read once; not for the workers
     carry_out(plan)
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException

@@ -19,9 +19,9 @@ from .errors import ConfigError
 
 #: The variable a node that hands over sets for its own next process (not a user setting).
 VARIABLE = "TORCHRUN_JSC_HANDOVER"
-#: The high bits of a participant's ``local_id`` that carry its node rank + 1
-#: (:data:`torchrun_jsc.patches.rank_order.SHIFT`, repeated here to keep this module light).
-_RANK_SHIFT = 16
+#: A participant's node rank + 1 lives above these bits of its ``local_id`` (torch counts
+#: handlers in the low bits); written by :mod:`torchrun_jsc.patches.rank_order`.
+RANK_SHIFT = 16
 
 
 class Candidate(NamedTuple):
@@ -44,7 +44,7 @@ def member(key: str) -> Candidate:
     address, _, rest = key.rpartition("_")
     address, _, _pid = address.rpartition("_")
     local_id = int(rest) if rest.isdigit() else 0
-    carried = local_id >> _RANK_SHIFT
+    carried = local_id >> RANK_SHIFT
     return Candidate(key, address or key, carried - 1 if carried else None)
 
 
@@ -90,6 +90,9 @@ class Handover(NamedTuple):
     #: How long the next host may take to serve the next round, in seconds; then it is
     #: lost too and the job stops.
     wait: float
+    #: The fewest nodes the next round may have: a majority of the last round, so that a node
+    #: cut off alone (it takes its host for lost) never forms a round of its own.
+    quorum: int = 1
     #: This node waited as a spare.
     spare: bool = False
 
@@ -133,6 +136,7 @@ def decode(text: str) -> Handover:
         (isinstance(data["lost"], str), "lost"),
         (isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait > 0, "wait"),
         (isinstance(data["spare"], bool), "spare"),
+        (_is_int(data["quorum"]) and data["quorum"] >= 1, "quorum"),
     )
     for ok, field in checks:
         if not ok:

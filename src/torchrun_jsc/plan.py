@@ -124,6 +124,8 @@ class _Draft(Collector):
     def __init__(self) -> None:
         super().__init__()
         self.args: List[str] = []
+        #: How many of ``args`` come before the one ``--rdzv_conf`` (auto-configuration, handover).
+        self.front = 0
         self.env: Dict[str, str] = {}
         self.problems: List[Problem] = []
         self.is_host: Optional[bool] = None
@@ -170,6 +172,15 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
             f"{handed.lost} was lost; this process continues the job (restart {handed.restart})",
         )
         draft.args.append(f"--rdzv_endpoint={handed.endpoint}")
+        if request.options is not None:
+            draft.args.append(f"--nnodes={request.options.nnodes}")
+            draft.decide(
+                "--nnodes",
+                request.options.nnodes,
+                f"after a handover at least a majority of the last round ({handed.quorum}"
+                " nodes), so that a node cut off alone never forms a round of its own",
+            )
+    draft.front = len(draft.args)
     _check_nproc_word(draft, request, version, facts)
     fixing = False
     if request.untouched is not None:
@@ -190,9 +201,9 @@ def _agent_side(
         draft, request, version, facts, draft.is_host, fixing, address=draft.address
     )
     if draft.conf:  # after the auto-configured options and the handover, before --local_addr
-        at = len(request.auto.args) if request.auto is not None else 0
-        at += request.handover is not None
-        draft.args.insert(at, f"--rdzv_conf={format_rdzv_conf({**request.conf, **draft.conf})}")
+        draft.args.insert(
+            draft.front, f"--rdzv_conf={format_rdzv_conf({**request.conf, **draft.conf})}"
+        )
 
 
 def _check_nproc_word(

@@ -151,6 +151,9 @@ def read_request(
     if handed is not None and handed.host_node_rank is not None:
         settings = settings._replace(host_node_rank=handed.host_node_rank)
     options = _options(command, filled)
+    if handed is not None and handed.quorum > options.min_nodes:
+        low = min(handed.quorum, options.max_nodes)
+        options = options._replace(min_nodes=low, nnodes=f"{low}:{options.max_nodes}")
     untouched = _untouched(options)
     conf: Dict[str, str] = {}
     endpoint: Optional[Endpoint] = None

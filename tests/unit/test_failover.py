@@ -4,6 +4,7 @@ carried to the next process, and the job watch's decision when the rendezvous ho
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import List, Optional, Tuple
 
 import pytest
@@ -125,7 +126,7 @@ FAILOVER = Config(
     failover_wait=150.0,
 )
 NEXT = handover.order(MEMBERS, (ib(0),))
-TRAINING = State(phase=Phase.TRAINING, next_hosts=NEXT)
+TRAINING = State(phase=Phase.TRAINING, next_hosts=NEXT, round_size=4)
 #: The host silent for 61 s (its operation in flight hung for the peer timeout).
 SILENT = StoreQuiet(stuck=61.0, silent=61.0, now=5000.0)
 
@@ -151,6 +152,7 @@ def test_a_lost_host_hands_over_to_the_next_node_in_node_rank_order() -> None:
         lost="the rendezvous host node0i:29500",
         wait=150.0,
         spare=False,
+        quorum=3,
     )
     assert said(actions) == (
         "torchrun_jsc: the rendezvous host node0i:29500 has not answered for 61 s"
@@ -312,3 +314,71 @@ def test_the_next_process_gets_the_same_command_and_the_handover() -> None:
     finally:
         relaunch.forget()
     assert not relaunch.possible()
+
+
+def test_a_node_restarting_its_workers_hands_over_too() -> None:
+    restarting = TRAINING._replace(phase=Phase.RESTARTING, restarts=1)
+    state, actions = decide(FAILOVER, restarting, SILENT)
+    assert state.phase == Phase.HANDING_OVER
+    handed = actions[-1]
+    assert isinstance(handed, watch.HandOver) and handed.handover.restart == 2
+
+
+def test_workers_that_end_during_the_handover_change_nothing() -> None:
+    state, _ = decide(FAILOVER, TRAINING, SILENT)
+    for ended in (watch.WorkersEnded(True, True), watch.WorkersEnded(False, True)):
+        assert decide(FAILOVER, state, ended) == (state, ())
+
+
+def test_a_node_whose_workers_finished_does_not_hand_over() -> None:
+    finished = TRAINING._replace(phase=Phase.FINISHED, succeeded=True)
+    state, actions = decide(FAILOVER, finished, SILENT)
+    assert state.phase == Phase.LEAVING
+    assert "cannot go on: this node's part of the job is over" in said(actions)
+
+
+def test_a_thawed_node_ends_instead_of_handing_over() -> None:
+    thawed = StoreQuiet(stuck=0.0, silent=70.0, now=5000.0, paused=70.0)
+    state, actions = decide(FAILOVER, TRAINING, thawed)
+    assert state.phase == Phase.STOPPING
+    assert "HandOver" not in kinds(actions)
+    assert "this node did not run for 70 s" in said(actions)
+
+
+def test_a_spare_follows_the_rounds_and_hands_over_with_the_jobs_count() -> None:
+    state, _ = decide(FAILOVER, State(), SpareFound(size=4, next_hosts=NEXT))
+    later = NEXT[1:]
+    state, actions = decide(FAILOVER, state, SpareFound(size=4, next_hosts=later, restart=2))
+    assert state.phase == Phase.SPARE and state.next_hosts == later and state.restarts == 2
+    assert kinds(actions) == ["LookUpNextHost"]
+    _, actions = decide(FAILOVER, state, SILENT)
+    handed = actions[-1]
+    assert isinstance(handed, watch.HandOver)
+    assert handed.handover.restart == 3 and handed.handover.host_node_rank == 2
+
+
+def test_a_round_with_candidates_asks_for_the_first_ones_address() -> None:
+    _, actions = decide(FAILOVER, State(), Joined(size=4, next_hosts=NEXT))
+    assert watch.LookUpNextHost(NEXT) in actions
+    _, actions = decide(FAILOVER, State(), Joined(size=4))
+    assert "LookUpNextHost" not in kinds(actions)
+
+
+def test_the_rounds_of_the_next_process_count_on_from_the_handover() -> None:
+    from torchrun_jsc.runtime.protocol import JobProtocol
+    from torchrun_jsc.runtime.rounds import Rounds
+
+    protocol = JobProtocol(FakeStore())
+    rounds = Rounds(protocol, offset=2)
+    assert rounds.joined([], ["a", "b"], 0, serving=True).restart == 2
+    later = rounds.joined(["a", "b"], ["a"], 1, serving=True)
+    assert later.restart == 3 and protocol.restart() == 3
+
+
+def test_the_console_script_is_started_again_as_a_script(tmp_path: Path) -> None:
+    script = tmp_path / "torchrun_jsc"
+    script.write_text("#!python\n")
+    assert relaunch.command(["a"], str(script))[1:] == [str(script), "a"]
+    main = tmp_path / "__main__.py"
+    main.write_text("")
+    assert relaunch.command(["a"], str(main))[1:] == ["-m", "torchrun_jsc", "a"]

@@ -302,6 +302,20 @@ def test_after_a_handover_the_next_host_is_elected_by_its_node_rank(me: int, hos
         }
 
 
+@pytest.mark.parametrize(("nnodes", "quorum", "wanted"), [("4", 3, "4"), ("1:4", 3, "3:4")])
+def test_after_a_handover_the_round_needs_a_majority_of_the_last(
+    nnodes: str, quorum: int, wanted: str
+) -> None:
+    argv = [f"--nnodes={nnodes}", *MULTI[1:], "--max_restarts=3", *SCRIPT]
+    value = handed(1).replace('"quorum":1', f'"quorum":{quorum}')
+    env = {"SLURM_NODEID": "2", VARIABLE: value}
+    p = plan(argv, env, "2.13.0", node(2, endpoint_host=ib(1), endpoint_addresses=(ib(1),)))
+    assert f"--nnodes={wanted}" in p.added_args
+    if wanted != nnodes:  # the added one comes after the user's, so torch's parser takes it
+        assert p.argv.index(f"--nnodes={wanted}") > p.argv.index(f"--nnodes={nnodes}")
+    assert patches(p)["recovery"]["min_nodes"] == int(wanted.split(":")[0])
+
+
 def test_after_a_handover_without_node_ranks_in_the_keys_the_host_is_found_by_address() -> None:
     argv = ["--nnodes=4", *MULTI[1:], "--max_restarts=3", *SCRIPT]
     env = {"SLURM_NODEID": "1", VARIABLE: handed(None, endpoint=f"{ib(1)}:29500")}

@@ -27,8 +27,6 @@ CHECKS = (
     Check(_DYNAMIC, "DynamicRendezvousHandler.next_rendezvous", (("self",),)),
     Check(_DYNAMIC, "DynamicRendezvousHandler.num_nodes_waiting", (("self",),)),
 )
-#: torch's error for a rendezvous store that cannot be reached.
-_LOST_STORE = "RendezvousConnectionError"
 
 
 def install(
@@ -56,7 +54,7 @@ def _holding(original: Any) -> Any:
         try:
             return original(self)
         except Exception as error:
-            if type(error).__name__ == _LOST_STORE:
+            if type(error).__name__ == session.LOST_STORE:
                 session.SESSION.hold_for_handover()
             raise
 

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 from typing import Any, Tuple
 
+from ..handover import RANK_SHIFT
 from ._common import Check, replace, verified
 
 _DR = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
@@ -23,7 +24,7 @@ CHECKS = (
     Check(_DR, "_DistributedRendezvousOpExecutor._mark_rendezvous_complete", (("self",),)),
 )
 #: The node rank lives above these bits of ``local_id`` (torch counts handlers in the low bits).
-SHIFT = 16
+SHIFT = RANK_SHIFT
 
 
 def encode(node_rank: int, local_id: int) -> int:

@@ -85,7 +85,7 @@ def _give_up(endpoint: str, wait: float) -> None:
 
     say(
         f"torchrun_jsc: cannot go on: the next rendezvous host {endpoint} did not serve within"
-        f" {wait:g} s after the handover (lost too)"
+        f" {wait:g} s after the handover (lost too, or this node is cut off from it)"
     )
     sys.stdout.flush()
     os._exit(1)

@@ -17,6 +17,7 @@ Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
 | ``connected`` | 0; the operation that makes the connection at the first round |
 | ``round`` | the latest round: ``{"round": ..., "members": [...]}`` (written by the watcher) |
 | ``first_round`` | torch's number of the job's first round (restarts count from it) |
+| ``restart`` | the job's restart count of the latest round (written by the watcher) |
 | ``spare/n`` | how many spare slots are taken |
 | ``spare/<i>`` | one spare's member key (its heartbeat counter is ``hb/<member>``) |
 | ``ended`` | ``completed`` once a node ends after the whole job completed |
@@ -212,6 +213,15 @@ class JobProtocol:
             if isinstance(data["round"], int) and all(isinstance(m, str) for m in members):
                 return data["round"], tuple(members)
         return None
+
+    def note_restart(self, restart: int) -> None:
+        """The job's restart count of the latest round (written by the watcher)."""
+        self.store.set("restart", str(restart))
+
+    def restart(self) -> int:
+        """The job's restart count of the latest round (0 when none was noted)."""
+        text = self.store.peek("restart") or ""
+        return int(text) if text.strip().isdigit() else 0
 
     def first_round(self, number: int) -> int:
         """The job's first round number (``number`` if none was noted before)."""

@@ -1,31 +1,33 @@
 """Starting this agent process again after a lost rendezvous host (the failover's effect).
 
 The command line starts as ``torchrun_jsc ARGS`` (or ``python -m torchrun_jsc ARGS``); before
-anything changes the environment, :func:`remember` keeps the arguments and the environment as
-they came. :func:`start_again` replaces the process with ``python -m torchrun_jsc ARGS`` under
-that environment plus :data:`torchrun_jsc.handover.VARIABLE`: the same process id (Slurm's task
-stays the same), a fresh interpreter, a fresh plan. A process that was not started by the
-command (``apply_fixes()`` in a script of one's own) cannot be started again: failover is off
-there.
+anything changes the environment, :func:`remember` keeps the program, the arguments and the
+environment as they came. :func:`start_again` replaces the process with the same program under
+that environment plus :data:`torchrun_jsc.handover.VARIABLE` (the console script as a script,
+so that the working directory does not come first on ``sys.path``; ``-m`` only if it came so):
+the same process id (Slurm's task stays the same), a fresh interpreter, a fresh plan. A
+process that was not started by the command (``apply_fixes()`` in a script of one's own)
+cannot be started again: failover is off there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from typing import Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 from .. import handover
 from .ledger import say
 
-_ORIGINAL: Optional[Tuple[List[str], Dict[str, str]]] = None
+_ORIGINAL: Optional[Tuple[str, List[str], Dict[str, str]]] = None
 
 
-def remember(args: Sequence[str], env: Mapping[str, str]) -> None:
-    """Keep the command line's arguments and the environment as they came."""
+def remember(args: Sequence[str], env: Mapping[str, str], program: str = "") -> None:
+    """Keep the program (``sys.argv[0]``), the arguments and the environment as they came."""
     global _ORIGINAL
-    _ORIGINAL = (list(args), dict(env))
+    _ORIGINAL = (program, list(args), dict(env))
 
 
 def possible() -> bool:
@@ -33,9 +35,12 @@ def possible() -> bool:
     return _ORIGINAL is not None
 
 
-def command(args: Sequence[str]) -> List[str]:
-    """The command that starts torchrun_jsc again with ``args``."""
-    return [sys.executable, "-m", "torchrun_jsc", *args]
+def command(args: Sequence[str], program: str = "") -> List[str]:
+    """The command that starts torchrun_jsc again with ``args``: ``program`` (the console
+    script) run by this interpreter, or ``-m torchrun_jsc`` when it was started that way."""
+    if not program or program.endswith("__main__.py") or not os.path.isfile(program):
+        return [sys.executable, "-m", "torchrun_jsc", *args]
+    return [sys.executable, program, *args]
 
 
 def environment(env: Mapping[str, str], handed: handover.Handover) -> Dict[str, str]:
@@ -48,11 +53,13 @@ def start_again(handed: handover.Handover) -> NoReturn:
     if _ORIGINAL is None:
         say("torchrun_jsc: cannot go on: this process was not started by the torchrun_jsc command")
         os._exit(1)
-    args, env = _ORIGINAL
-    argv = command(args)
+    program, args, env = _ORIGINAL
+    argv = command(args, program)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
+    with contextlib.suppress(Exception):  # the new process starts with no signal blocked
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
     try:
         os.execve(argv[0], argv, environment(env, handed))
     except OSError as exc:

@@ -34,6 +34,8 @@ class Rounds:
         if self.first is None:
             self.first = bounded(lambda: protocol.first_round(number), timing.STORE_WAIT)
         restart = self.offset + max(number - (number if self.first is None else self.first), 0)
+        if serving:  # for the spares, which count with the job when they hand over
+            bounded(lambda: protocol.note_restart(restart), timing.STORE_WAIT)
         if not before or restart == self.offset:
             return Joined(restart=restart, size=len(members))
         return Joined(

@@ -198,11 +198,14 @@ class Session:
         if previous is not None and self.state.phase == watch.Phase.WAITING and kind in _LOST:
             say(
                 f"torchrun_jsc: cannot go on: after the handover to {previous.host_name}, no"
-                f" round formed within {previous.wait:g} s ({kind}): the next host or too many"
-                " nodes were lost too"
+                f" round of at least {previous.quorum} nodes formed within {previous.wait:g} s"
+                f" ({kind}): the next host or too many nodes were lost too, or this node is cut"
+                " off from them"
             )
             _exit_now(1)
         closed = kind in ("RendezvousClosedError", "RendezvousGracefulExitError")
+        if not closed:  # a store that went away in the middle of a round: the host is lost?
+            self.hold_for_handover()
         protocol = self.protocol
         if not closed or protocol is None or self.state.phase != watch.Phase.SPARE:
             return
@@ -248,15 +251,12 @@ class Session:
         return joined._replace(next_hosts=self._next_hosts(members))
 
     def _next_hosts(self, members: List[str]) -> Tuple[handover.Candidate, ...]:
-        """Who would host the next round if the host were lost (failover), in order; the
-        first one's own address is looked up in the background (:meth:`_learn_next_host`)."""
+        """Who would host the next round if the host were lost (failover), in order (the
+        first one's own address is looked up once the watch holds them: :class:`LookUpNextHost`)."""
         failover = self.failover
         if not self.config.failover or failover is None:
             return ()
-        found = handover.order(members, failover.host_addresses, host_rank=failover.host_rank)
-        if found:
-            self._thread(lambda: self._learn_next_host(found), "trjsc-next-host")
-        return found
+        return handover.order(members, failover.host_addresses, host_rank=failover.host_rank)
 
     def _learn_next_host(self, candidates: Tuple[handover.Candidate, ...]) -> None:
         """The address the first candidate published (its key holds torch's name for it,
@@ -429,13 +429,20 @@ class Session:
         self.print_last_line()
         _exit_now(action.code)
 
+    def _do_LookUpNextHost(self, action: watch.LookUpNextHost) -> None:
+        candidates = action.candidates
+        self._thread(lambda: self._learn_next_host(candidates), "trjsc-next-host")
+
     def _do_HandOver(self, action: watch.HandOver) -> None:
         self._thread(lambda: self._hand_over(action.handover), "trjsc-handover")
 
     def _hand_over(self, handed: handover.Handover) -> None:
         """Stop this node's workers, then start the agent again (this process ends here)."""
         workers.stop_all(self._grace())
-        relaunch.start_again(handed)
+        with self.lock:
+            if self.state.exiting:  # stopped meanwhile (scancel, the time limit): no new start
+                return
+            relaunch.start_again(handed)
 
     def _grace(self) -> float:
         node = self.node
@@ -585,8 +592,10 @@ class Session:
         return timing.SETTLE + max(self.monitor_interval, beat)
 
 
+#: torch's error for a rendezvous store that cannot be reached.
+LOST_STORE = "RendezvousConnectionError"
 #: torch's errors of a rendezvous that could not reach its store or gather its nodes.
-_LOST = ("RendezvousConnectionError", "RendezvousTimeoutError")
+_LOST = (LOST_STORE, "RendezvousTimeoutError")
 
 
 def _exit_now(code: int) -> None:

@@ -7,7 +7,7 @@ This thread only observes and posts events; :mod:`torchrun_jsc.runtime.watch` de
 from __future__ import annotations
 
 import threading
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from ..handover import Candidate
 from .protocol import JobProtocol
@@ -28,6 +28,8 @@ class SpareLook:
         next_hosts: Callable[[List[str]], Tuple[Candidate, ...]] = lambda members: (),
     ) -> None:
         self.next_hosts = next_hosts
+        #: The latest round posted (a spare posts each new one).
+        self._seen: Optional[Tuple[int, Tuple[str, ...]]] = None
         self.protocol = protocol
         self.me = me
         self.phase = phase
@@ -51,11 +53,18 @@ class SpareLook:
 
     def _look_for_round(self) -> None:
         latest = self.protocol.latest_round()
-        if latest is not None and self.me not in latest[1]:
+        if latest is not None and self.me not in latest[1] and latest != self._seen:
+            self._seen = latest
             members = list(latest[1])
-            self.post(SpareFound(size=len(members), next_hosts=self.next_hosts(members)))
+            found = SpareFound(
+                size=len(members),
+                next_hosts=self.next_hosts(members),
+                restart=self.protocol.restart(),
+            )
+            self.post(found)
 
     def _look_for_end(self) -> None:
+        self._look_for_round()  # a new round (a restart): who would host next, the count
         if self.protocol.stopped():
             self.post(SpareReleased(completed=False))
         elif self.protocol.completed():

@@ -58,6 +58,7 @@ from .watch_types import (
     Joined,
     Leave,
     LookForStop,
+    LookUpNextHost,
     MarkCompleted,
     MarkDone,
     MembersLost,
@@ -97,6 +98,7 @@ __all__ = [
     "Joined",
     "Leave",
     "LookForStop",
+    "LookUpNextHost",
     "MarkCompleted",
     "MarkDone",
     "MembersLost",
@@ -151,6 +153,8 @@ def decide(config: Config, state: State, event: Event) -> Decision:
     if isinstance(event, MonitorLooks):
         return state._replace(answer=None), (Answer(state.answer),)
     if isinstance(event, WorkersEnded):
+        if state.phase == Phase.HANDING_OVER:
+            return state, ()  # stopped for the handover: the next process starts them again
         return _workers_ended(config, state, event)
     if isinstance(event, Exiting):
         return _exiting(config, state)
@@ -176,7 +180,10 @@ def _joined(config: Config, state: State, event: Joined) -> Decision:
     budget: Tuple[Action, ...] = ()
     if config.recovery:
         budget = (SetRestarts(max(config.max_restarts - event.restart, 0)),)
-    state = state._replace(next_hosts=event.next_hosts)
+    going = (Phase.WAITING, Phase.SPARE, Phase.RESTARTING, Phase.TRAINING)
+    if config.failover and state.phase in going:
+        state = state._replace(next_hosts=event.next_hosts, round_size=event.size)
+        budget = (*budget, *_look_up(event.next_hosts))
     if state.phase == Phase.WAITING:
         start: Tuple[Action, ...] = (StartWatch(),) if config.watching_peers else ()
         new = state._replace(phase=Phase.TRAINING, restarts=event.restart)
@@ -196,7 +203,13 @@ def _joined(config: Config, state: State, event: Joined) -> Decision:
     return new, (Say(_restart_line(config, event)), *budget)
 
 
+def _look_up(candidates: Tuple[handover.Candidate, ...]) -> Tuple[Action, ...]:
+    """Look up the first candidate's own address (its key may hold another name for it)."""
+    return (LookUpNextHost(candidates),) if candidates else ()
+
+
 def _spare_line(config: Config, event: Joined) -> str:
+    """A spare's line when it joins."""
     return (
         f"torchrun_jsc: spare: this node takes a lost node's place (restart"
         f" {event.restart} of {config.max_restarts}; {event.size} nodes)"
@@ -225,15 +238,20 @@ def _restart_line(config: Config, event: Joined) -> str:
 
 
 def _spare_found(config: Config, state: State, event: SpareFound) -> Decision:
-    if state.phase != Phase.WAITING or not config.recovery:
+    if not config.recovery or state.phase not in (Phase.WAITING, Phase.SPARE):
         return state, ()
+    known = state._replace(restarts=event.restart)
+    if config.failover:
+        known = known._replace(next_hosts=event.next_hosts, round_size=event.size)
+    if state.phase == Phase.SPARE:  # the round changed while this node waits
+        return known, _look_up(event.next_hosts)
     line = (
         f"torchrun_jsc: spare: the job's {event.size} nodes are training (rendezvous id"
         f" {config.run_id}); this node waits to take a lost node's place"
     )
     start: Tuple[Action, ...] = (StartWatch(),) if config.watching_peers else ()
-    new = state._replace(phase=Phase.SPARE, next_hosts=event.next_hosts)
-    return new, (Say(line), *start, RegisterSpare())
+    new = known._replace(phase=Phase.SPARE)
+    return new, (Say(line), *start, RegisterSpare(), *_look_up(event.next_hosts))
 
 
 def _spare_released(state: State, event: SpareReleased) -> Decision:
@@ -324,6 +342,7 @@ def _hand_over(config: Config, state: State, line: str, what: str) -> Decision:
         lost=what,
         wait=config.failover_wait,
         spare=state.phase == Phase.SPARE,
+        quorum=state.round_size // 2 + 1,
     )
     said = (
         f"{line}; handing over: {handed.host_name} hosts the next round (restart"

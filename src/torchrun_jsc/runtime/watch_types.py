@@ -79,6 +79,8 @@ class State(NamedTuple):
     out: bool = False
     #: Who would host the next round if the rendezvous host were lost, in order (failover).
     next_hosts: Tuple[Candidate, ...] = ()
+    #: How many nodes the latest round has.
+    round_size: int = 0
 
 
 # ---------------------------------------------------------------------------- events
@@ -98,11 +100,14 @@ class Joined(NamedTuple):
 
 
 class SpareFound(NamedTuple):
-    """Before joining, this node found a round of ``size`` nodes formed without it."""
+    """Before joining, this node found a round of ``size`` nodes formed without it (posted
+    again while it waits, when the round changes)."""
 
     size: int
     #: Who would host the next round if the host were lost (failover), in order.
     next_hosts: Tuple[Candidate, ...] = ()
+    #: The job's restart count of that round.
+    restart: int = 0
 
 
 class SpareReleased(NamedTuple):
@@ -279,6 +284,12 @@ class EndSpare(NamedTuple):
     code: int
 
 
+class LookUpNextHost(NamedTuple):
+    """Look up the address the first of ``candidates`` published (posts :class:`NextHosts`)."""
+
+    candidates: Tuple[Candidate, ...]
+
+
 class HandOver(NamedTuple):
     """Stop this node's workers and start its agent again with ``handover`` (the next host)."""
 
@@ -305,6 +316,7 @@ Action = Union[
     RegisterSpare,
     SetRestarts,
     EndSpare,
+    LookUpNextHost,
     HandOver,
     MarkCompleted,
 ]
