@@ -8,9 +8,13 @@ freeze to the spare's first training step in the new round, which includes findi
 lost (``TORCHRUN_JSC_PEER_TIMEOUT``), torch's new rendezvous round, the workers' start and their
 process group. Per size and peer timeout (default 60 s and 10 s), ``--rounds`` runs; the
 median and the slowest are printed, with the goal of issue 21: at most the peer timeout + 30 s.
-Needs root. Prints; ``--plot`` writes a PNG (matplotlib, the ``bench`` extra); ``--record``
-writes the table into docs/benchmarks.md (section recovery-time) and the plot to
-docs/recovery-time.png.
+With ``--fault host`` the rendezvous host (node 0) is frozen instead: every other node starts
+its agent again and the next node in node-rank order hosts (failover); the figure is the time
+to the first training step of the new round on the node that watched (the spare, unless node 0
+was the spare). Needs root. Prints; ``--plot`` writes a PNG (matplotlib, the ``bench`` extra);
+``--record`` writes the table into docs/benchmarks.md (section recovery-time, or
+failover-time for ``--fault host``) and the plot to docs/recovery-time.png (not for
+``--fault host``).
 """
 
 from __future__ import annotations
@@ -43,9 +47,9 @@ PLOT = ROOT / "docs" / "recovery-time.png"
 GOAL_EXTRA = 30.0
 
 
-def one_round(cluster: Cluster, size: int, peer_timeout: float) -> float:
+def one_round(cluster: Cluster, size: int, peer_timeout: float, host: bool = False) -> float:
     """One job on every node of ``cluster`` (``size`` train, one spare): seconds from the
-    freeze to the spare's first step."""
+    freeze (of node 0 when ``host``) to the first step of the new round."""
     node_envs = envs(cluster, size + 1, f"bench-{size}")
     node_envs = [
         {**e, "TORCHRUN_JSC_PEER_TIMEOUT": f"{peer_timeout:g}", "TRJSC_STEPS": "100000"}
@@ -56,10 +60,12 @@ def one_round(cluster: Cluster, size: int, peer_timeout: float) -> float:
     try:
         spare = spare_of(job, limit=300)
         trained = [i for i in range(size + 1) if i != spare]
-        frozen = max(i for i in trained if i != 0)
-        wait_for_step(job, 0, 12, limit=300)
+        frozen = 0 if host else max(i for i in trained if i != 0)
+        watched = spare if spare != frozen else min(i for i in trained if i != frozen)
+        wait_for_step(job, trained[-1], 12, limit=300)
+        groups = job.output(watched).count("TRJSC_RESUMED ")
         cluster.freeze_node(frozen)
-        return first_step_after(job, spare, 0, peer_timeout + 240)
+        return first_step_after(job, watched, groups, peer_timeout + 240)
     finally:
         if frozen is not None:
             cluster.thaw_node(frozen)
@@ -70,7 +76,7 @@ def one_round(cluster: Cluster, size: int, peer_timeout: float) -> float:
 Found = Dict[Tuple[int, float], List[float]]
 
 
-def measure(sizes: List[int], timeouts: List[float], rounds: int) -> Found:
+def measure(sizes: List[int], timeouts: List[float], rounds: int, host: bool = False) -> Found:
     """Every round's figure, by (size, peer timeout)."""
     found: Found = {}
     for size in sizes:
@@ -78,7 +84,7 @@ def measure(sizes: List[int], timeouts: List[float], rounds: int) -> Found:
         try:
             for timeout in timeouts:
                 for r in range(rounds):
-                    took = one_round(cluster, size, timeout)
+                    took = one_round(cluster, size, timeout, host)
                     found.setdefault((size, timeout), []).append(took)
                     print(f"{size} nodes, peer timeout {timeout:g} s, round {r + 1}: {took:.1f} s")
         finally:
@@ -135,12 +141,24 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--plot", action="store_true")
     ap.add_argument("--record", action="store_true")
+    ap.add_argument("--fault", choices=("node", "host"), default="node")
     args = ap.parse_args()
     started = time.monotonic()
-    found = measure(args.sizes, args.timeouts, args.rounds)
+    host = args.fault == "host"
+    found = measure(args.sizes, args.timeouts, args.rounds, host)
     body = table(found)
     print(body)
     print(f"(took {time.monotonic() - started:.0f} s)")
+    if host:
+        if args.record:
+            what = (
+                "\n\nThe rendezvous host (node 0) frozen: every other node starts its agent"
+                " again and the next node in node-rank order hosts the next round (failover)."
+                f" `bench/recovery_time.py --fault host --sizes {' '.join(map(str, args.sizes))}"
+                f" --timeouts {' '.join(f'{t:g}' for t in args.timeouts)}`."
+            )
+            record("failover-time", body + what, ROOT / "docs" / "benchmarks.md")
+        return 0
     if args.plot or args.record:
         plot(found, PLOT)
     if args.record:
