@@ -56,8 +56,11 @@ def torch_label(python: Path) -> str:
 
 
 def per_interpreter(item: pytest.Item) -> bool:
-    """Whether a test runs once per launcher interpreter (depends on ``launcher_python``)."""
+    """Whether a test runs once per launcher interpreter (depends on ``launcher_python``) in
+    CI too: not one marked ``first_interpreter_in_ci`` (the matrix runs it per release)."""
     callspec = getattr(item, "callspec", None)
+    if item.get_closest_marker("first_interpreter_in_ci") is not None:
+        return False
     return callspec is not None and "launcher_python" in callspec.params
 
 

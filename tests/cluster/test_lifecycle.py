@@ -38,6 +38,9 @@ BOUND = 120.0
 #: The peer timeout the per-release scenarios use (the smallest accepted; the default, 60 s, has
 #: its own scenario on the first interpreter).
 FAST_PEER_TIMEOUT = "10"
+#: torchrun_jsc's own mechanism, the same on every release (the matrix runs it on each): in CI on
+#: the first interpreter only (scripts/run-tests), to keep CI short.
+FIRST_ONLY = pytest.mark.first_interpreter_in_ci
 
 
 def argv(
@@ -94,6 +97,7 @@ def test_frozen_node_stops_the_job_with_default_settings(
     frozen_node(main_cluster, job_cleanup)
 
 
+@FIRST_ONLY
 def test_frozen_node_stops_the_job(jsc_cluster: Cluster, job_cleanup: List[Job]) -> None:
     frozen_node(jsc_cluster, job_cleanup, TORCHRUN_JSC_PEER_TIMEOUT=FAST_PEER_TIMEOUT)
     # thawed after the others ended: it ends by itself within the bound, saying why (before,
@@ -117,6 +121,7 @@ def test_frozen_rendezvous_host_stops_the_job(jsc_cluster: Cluster, job_cleanup:
         assert "the rendezvous host node0i:29500 has not answered for" in job.output(i), str(job)
 
 
+@FIRST_ONLY
 def test_node_whose_link_goes_down_stops_the_job(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -156,6 +161,7 @@ def assert_last_line(job: Job, pattern: re.Pattern[str]) -> None:
         assert pattern.match(lines[-1]), f"node{i}: {lines[-1]!r}\n{job}"
 
 
+@FIRST_ONLY
 def test_first_failure_is_named_by_every_agent(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -205,6 +211,7 @@ def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
 # --------------------------------------------------------------------------- signals
 
 
+@FIRST_ONLY
 def test_sigusr1_to_every_agent_reaches_every_worker_once(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -297,6 +304,7 @@ def test_no_false_alarm_on_a_fully_loaded_machine(
 # --------------------------------------------------------------------------- start-up skew
 
 
+@FIRST_ONLY
 @pytest.mark.parametrize(
     ("delay", "conf"),
     [
@@ -324,6 +332,7 @@ def test_late_rendezvous_host_is_waited_for(
     assert any(waiting in r.output for r in results[1:]), describe(results)
 
 
+@FIRST_ONLY
 def test_late_rendezvous_host_control_fails_without_waiting(jsc_cluster: Cluster) -> None:
     command = [a for a in argv(jsc_cluster) if not a.startswith("--rdzv_conf")]
     command.insert(-1, "--rdzv_conf=read_timeout=5")
@@ -344,6 +353,7 @@ def crossing_cluster(make_cluster: Callable[..., Cluster], launcher_python: Path
     return make_cluster(nodes=4, prefix="trjo", python=launcher_python, ib_base=98)
 
 
+@FIRST_ONLY
 @pytest.mark.parametrize("order", ["node", "torch"])
 def test_group_ranks_follow_node_ranks(crossing_cluster: Cluster, order: str) -> None:
     env = {} if order == "node" else {"TORCHRUN_JSC_RANK_ORDER": "torch"}

@@ -223,6 +223,45 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
 
 
 @pytest.mark.slow
+def test_a_spare_takes_a_frozen_nodes_place_with_default_settings(
+    five_cluster: Cluster, job_cleanup: List[Job]
+) -> None:
+    """Issue 21's first scenario as a user runs it: --nnodes=4 on 5 nodes, --max_restarts=3,
+    the default peer timeout (60 s) and collective timeout (1800 s); a training node (not the
+    rendezvous host) frozen → the spare takes its place, the new round trains within the peer
+    timeout + 60 s of the freeze and completes on 4 nodes; every live node exits 0. (Slow: by
+    hand, like the other default-settings scenarios; the mechanism runs per release with 10 s.)"""
+    if not SLOW:
+        pytest.skip("slow: TRJSC_SLOW_SCENARIOS=1 (by hand; the matrix leaves it out)")
+    cluster = five_cluster
+    node_envs = envs(cluster, 5, "defaults")
+    for env in node_envs:
+        del env["TORCHRUN_JSC_PEER_TIMEOUT"]
+    job = Job(cluster, command(cluster, "4", 3), node_envs)
+    job_cleanup.append(job)
+    spare = spare_of(job)
+    first = [i for i in range(5) if i != spare]
+    job.wait_for("TRJSC_TRAINING", nodes=first)
+    frozen = max(i for i in first if i != 0)
+    wait_for_step(job, 0, 12)
+    cluster.freeze_node(frozen)
+    to_step = first_step_after(job, spare, 0, 60.0 + 90)
+    print(f"default settings: the freeze to the new round's first step {to_step:.1f} s")
+    live = [i for i in range(5) if i != frozen]
+    took = job.wait_exit(live, 240)
+    cluster.thaw_node(frozen)
+    codes = {i: job.procs[i].returncode for i in live}
+    assert codes == dict.fromkeys(live, 0), f"{codes}\n{said(job)}"
+    assert_resumed_and_completed(job, live, 4)
+    line = f"restart 1 of 3: node{frozen} (node rank {frozen}) lost; going on with node{spare}"
+    assert all(line in job.output(i) for i in live if i != spare), said(job)
+    assert to_step < 60.0 + 60.0, f"{to_step:.0f} s\n{said(job)}"
+    job.wait_exit([frozen], 90)
+    assert job.wait_gone(list(range(5)), 20) == {}, said(job)
+    print(f"default settings: every live node ended {took:.0f} s after the new round trained")
+
+
+@pytest.mark.slow
 def test_a_smaller_job_goes_on_after_a_node_is_killed(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:

@@ -166,32 +166,71 @@ def saved_step(texts: Sequence[str], context: str) -> int:
     return steps.pop()
 
 
-def test_the_warning_signal_requeues_the_job_which_resumes(five_cluster: Cluster) -> None:
-    """4 nodes, --requeue, the setting on: ``scancel --signal=USR1`` (what Slurm sends before
-    the time limit) → the workers save and end, one line per node, no failure reported; the job
-    is requeued once; its second run resumes from that checkpoint and completes."""
-    cluster, name = five_cluster, "warned"
+def test_the_warning_then_a_lost_node_requeue_the_job_which_resumes_each_time(
+    five_cluster: Cluster,
+) -> None:
+    """4 of 5 nodes, --requeue, the setting on, --max_restarts=0; three runs of one job (one
+    scenario, not two, to keep CI short). Run 1: ``scancel --signal=USR1`` (what Slurm sends
+    before the time limit) → the workers save and end, one line per node, no failure reported;
+    requeued. Run 2 resumes from that checkpoint; one of its nodes frozen → lost, the job
+    cannot go on → requeued held with that node excluded, released. Run 3, without it, resumes
+    and completes."""
+    cluster, name = five_cluster, "twice"
     job = cluster.sbatch(batch_script(cluster, name, 4, {}))
     wait_for(cluster, name, 0, 4, "step=8 ", 150)
     sent = cluster.login(["scancel", "--signal=USR1", job], timeout=30)
     assert sent.returncode == 0, sent.output
     wait_requeued(cluster, job, 1)
-    state = wait_ended(cluster, job, 240)
-    context = said(cluster, name, 2, 4, job)
-    assert state == "COMPLETED", f"{state}\n{context}"
-    first = outputs(cluster, name, 0, 4)
-    line = (
+    warned = (
         f"torchrun_jsc: requeue 1 of 3: job {job} requeued after SIGUSR1 (Slurm's warning"
         " before the time limit); its next run resumes from the checkpoint"
     )
+    deadline = time.monotonic() + 30  # the first run's output files are complete
+    while not all(warned in t for t in outputs(cluster, name, 0, 4)):
+        assert time.monotonic() < deadline, said(cluster, name, 2, 4, job)
+        time.sleep(0.3)
+    first = outputs(cluster, name, 0, 4)
+    context = said(cluster, name, 1, 4, job)
     for t, text in enumerate(first):
-        assert text.count(line) == 1, f"task {t}\n{context}"
+        assert text.count(warned) == 1, f"task {t}\n{context}"
         assert "first failure" not in text and "Traceback" not in text, f"task {t}\n{context}"
         assert "stopped by" not in text, f"task {t}\n{context}"
     step = saved_step(first, context)
-    runs = assert_resumed(outputs(cluster, name, 1, 4), 4, context)
-    assert {r.resumed_from for r in runs.values()} == {step}, context
-    assert all("requeue" not in t for t in outputs(cluster, name, 1, 4)), context
+    # run 2: it resumes from the saved step; then its last task's node is lost
+    wait_for(cluster, name, 1, 4, f"step={step + 4} ", 150)
+    second = outputs(cluster, name, 1, 4)
+    resumed = {int(m) for t in second for m in re.findall(r"^TRJSC_RESUMED .* from=(\d+)", t, re.M)}
+    assert resumed == {step}, f"{resumed}\n{said(cluster, name, 2, 4, job)}"
+    found = re.search(r"host=node(\d+) ", second[3])
+    assert found, said(cluster, name, 2, 4, job)
+    node = int(found.group(1))
+    line = (
+        f"torchrun_jsc: requeue 2 of 3: job {job} requeued after a failure it could not recover"
+        f" from, without node{node}; its next run resumes from the checkpoint"
+    )
+    cluster.freeze_node(node)
+    try:
+        deadline = time.monotonic() + PEER_TIMEOUT + 90
+        while not all(line in outputs(cluster, name, 1, 4)[t] for t in range(3)):
+            assert time.monotonic() < deadline, f"{line!r}\n{said(cluster, name, 2, 4, job)}"
+            time.sleep(0.3)
+    finally:
+        cluster.thaw_node(node)
+    fields = job_fields(cluster, job)
+    assert fields.get("ExcNodeList") == f"node{node}", fields
+    wait_requeued(cluster, job, 2)
+    state = wait_ended(cluster, job, 240)
+    context = said(cluster, name, 3, 4, job)
+    assert state == "COMPLETED", f"{state}\n{context}"
+    second = outputs(cluster, name, 1, 4)
+    for t, text in enumerate(second[:3]):
+        assert text.count(line) == 1, f"task {t}\n{context}"
+        assert f"first failure: node{node} (node rank 3)" in text, f"task {t}\n{context}"
+    third = outputs(cluster, name, 2, 4)
+    assert all(f"host=node{node} " not in t for t in third), context
+    runs = assert_resumed(third, 4, context)
+    assert min(r.resumed_from for r in runs.values()) >= step, context
+    assert all("requeue" not in t for t in third), context
 
 
 def lost_then_requeued(
@@ -223,21 +262,6 @@ def lost_then_requeued(
     assert all(f"host=node{node} " not in t for t in second), context
     assert_resumed(second, 4, context)
     return outputs(cluster, name, 0, 4), line, context
-
-
-def test_a_lost_node_it_cannot_replace_requeues_the_job_without_it(
-    five_cluster: Cluster,
-) -> None:
-    """4 of 5 nodes, --max_restarts=0: node3 frozen → lost, the job cannot go on → requeued
-    held, node3 excluded, released; the next run (node0-2 and node4) resumes and completes."""
-    line = (
-        "torchrun_jsc: requeue 1 of 3: job {job} requeued after a failure it could not recover"
-        " from, without node3; its next run resumes from the checkpoint"
-    )
-    first, line, context = lost_then_requeued(five_cluster, "excluded", 3, line, (0, 1, 2))
-    for t, text in enumerate(first[:3]):
-        assert text.count(line) == 1, f"task {t}\n{context}"
-        assert "first failure: node3 (node rank 3)" in text, f"task {t}\n{context}"
 
 
 @pytest.mark.skipif(not SLOW, reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
