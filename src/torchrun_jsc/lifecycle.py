@@ -254,7 +254,8 @@ def _failover(
         "the next live node hosts",
         "every other node starts its agent again at the next live node of the last round in"
         " node-rank order (its own address, the same port), within the restarts; that node"
-        f" has {wait:g} s to serve, else it is lost too and the job stops",
+        f" has {wait:g} s to serve, else it is lost too and the job stops (in a process started"
+        " by the torchrun_jsc command, which can start itself again)",
     )
 
 
