@@ -382,3 +382,20 @@ def test_the_console_script_is_started_again_as_a_script(tmp_path: Path) -> None
     main = tmp_path / "__main__.py"
     main.write_text("")
     assert relaunch.command(["a"], str(main))[1:] == ["-m", "torchrun_jsc", "a"]
+
+
+def test_a_node_that_did_not_run_meanwhile_does_not_hand_over() -> None:
+    """Frozen for 50 s (less than the peer timeout): torch's keep-alives dropped it and the
+    job went on, and ended, without it; the host's silence since is no host lost."""
+    thawed = StoreQuiet(stuck=0.0, silent=50.0, now=5000.0, paused=50.0)
+    state, actions = decide(FAILOVER, TRAINING, thawed)
+    assert actions == () and state.paused_until == 5000.0 and state.paused_for == 50.0
+    state, actions = decide(FAILOVER, state, StoreQuiet(stuck=0.0, silent=66.0, now=5016.0))
+    assert state.phase == Phase.STOPPING and "HandOver" not in kinds(actions)
+    assert "cannot go on: this node itself did not run for 50 s meanwhile" in said(actions)
+
+
+def test_a_pause_before_the_silence_does_not_stop_a_handover() -> None:
+    earlier = TRAINING._replace(paused_until=4000.0, paused_for=8.0)
+    _, actions = decide(FAILOVER, earlier, SILENT)  # silent since 4939
+    assert "HandOver" in kinds(actions)

@@ -306,6 +306,8 @@ def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
     timeout = config.peer_timeout
     if event.paused >= timeout:
         return _resumed(config, state, event)
+    if config.failover and event.paused >= heartbeats.interval_for(timeout):
+        state = state._replace(paused_until=event.now, paused_for=event.paused)
     if not heartbeats.host_lost(event.stuck, event.silent, timeout, state.succeeded):
         return state, ()
     line = (
@@ -314,17 +316,22 @@ def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
     )
     what = f"the rendezvous host {config.endpoint}"
     if config.failover:
-        refused = _no_handover(config, state)
+        refused = _no_handover(config, state, event.now - event.silent)
         if refused is None:
             return _hand_over(config, state, line, what)
         line = f"{line}; cannot go on: {refused}"
     return _lost_here(config, state, event.now - event.silent, what, line)
 
 
-def _no_handover(config: Config, state: State) -> Optional[str]:
+def _no_handover(config: Config, state: State, silent_since: float) -> Optional[str]:
     """Why the rendezvous cannot be handed over (None: it can)."""
     if state.succeeded or state.phase not in (Phase.TRAINING, Phase.RESTARTING, Phase.SPARE):
         return "this node's part of the job is over"
+    if state.paused_until > silent_since:  # torch's keep-alives may have dropped it meanwhile
+        return (
+            f"this node itself did not run for {state.paused_for:.0f} s meanwhile (frozen or"
+            " suspended): the others may have gone on without it"
+        )
     if state.restarts >= config.max_restarts:
         return f"no restarts left (--max_restarts={config.max_restarts})"
     if not state.next_hosts:

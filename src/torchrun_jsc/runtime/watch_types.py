@@ -81,6 +81,10 @@ class State(NamedTuple):
     next_hosts: Tuple[Candidate, ...] = ()
     #: How many nodes the latest round has.
     round_size: int = 0
+    #: This node's latest pause of a heartbeat interval or more, shorter than the peer
+    #: timeout: when it ended (wall clock) and how long it was (failover).
+    paused_until: float = 0.0
+    paused_for: float = 0.0
 
 
 # ---------------------------------------------------------------------------- events
