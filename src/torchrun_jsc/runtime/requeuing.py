@@ -336,7 +336,7 @@ def _poll(look: Callable[[], Optional[T]], seconds: float) -> Optional[T]:
 
 
 def _exit_now(code: int) -> None:
-    from .session import _exit_now as exit_now
+    from .session_end import exit_now as exit_now
 
     exit_now(code)
 

@@ -40,42 +40,26 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
-import os
-import sys
 import threading
-import time
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
-from .. import handover
-from ..torch_defaults import TERM_GRACE
-from . import failures, heartbeats, relaunch, requeuing, timing, watch, workers
+from . import failures, heartbeats, relaunch, requeuing, timing, watch
 from .beating import Heartbeats, Round, Watchdog, paused_for
-from .bounded import bounded, in_flight
+from .bounded import bounded
 from .jobstore import JobStore
 from .ledger import LastLine, Ledger, say
 from .node import Node
 from .protocol import JobProtocol
 from .rounds import Rounds
+from .session_end import Ending, exit_now
+from .session_failover import FailingOver, Failover
 from .spares import SpareLook
 from .watch import Action, Config, Event, State
 
-
-class Failover(NamedTuple):
-    """What the ``failover`` patch tells the session."""
-
-    #: How long the next host has to serve after a handover.
-    wait: float
-    #: The current rendezvous host: its addresses and node rank (it is no candidate).
-    host_addresses: Tuple[str, ...]
-    host_rank: Optional[int]
-    #: The address this node advertises (it tells the others, should it host next).
-    address: Optional[str]
-    #: The handover this process continues.
-    previous: Optional[handover.Handover]
+__all__ = ["LOST_STORE", "SESSION", "Failover", "Node", "Session", "reset"]
 
 
-class Session:
+class Session(Ending, FailingOver):
     """The job watch of this agent process (one per process: :data:`SESSION`)."""
 
     def __init__(self, node: Optional[Node] = None, config: Optional[Config] = None) -> None:
@@ -202,7 +186,7 @@ class Session:
                 f" ({kind}): the next host or too many nodes were lost too, or this node is cut"
                 " off from them"
             )
-            _exit_now(1)
+            exit_now(1)
         closed = kind in ("RendezvousClosedError", "RendezvousGracefulExitError")
         if not closed:  # a store that went away in the middle of a round: the host is lost?
             self.hold_for_handover()
@@ -250,36 +234,6 @@ class Session:
         joined = self.rounds.joined(before, members, number, self.serving)
         return joined._replace(next_hosts=self._next_hosts(members))
 
-    def _next_hosts(self, members: List[str]) -> Tuple[handover.Candidate, ...]:
-        """Who would host the next round if the host were lost (failover), in order (the
-        first one's own address is looked up once the watch holds them: :class:`LookUpNextHost`)."""
-        failover = self.failover
-        if not self.config.failover or failover is None:
-            return ()
-        return handover.order(members, failover.host_addresses, host_rank=failover.host_rank)
-
-    def _learn_next_host(self, candidates: Tuple[handover.Candidate, ...]) -> None:
-        """The address the first candidate published (its key holds torch's name for it,
-        the hostname before torch 2.0): looked for until it is there, the peer timeout at
-        most; a candidate at the host's own address is left out."""
-        protocol, failover = self.protocol, self.failover
-        if protocol is None or failover is None:
-            return
-        deadline = time.monotonic() + max(self.config.peer_timeout, timing.STORE_WAIT)
-        left = list(candidates)
-        while left and time.monotonic() < deadline and not self.closing.is_set():
-            first = left[0]
-            who = bounded(functools.partial(protocol.who, first.key), timing.STORE_WAIT)
-            if who is None or who.address is None:
-                self.closing.wait(timing.WATCHDOG_EVERY)
-                continue
-            if who.address in failover.host_addresses:
-                left.pop(0)
-                continue
-            left[0] = first._replace(address=who.address)
-            self.post(watch.NextHosts(before=candidates, found=tuple(left)))
-            return
-
     def around_monitor(self, agent: Any, worker_group: Any, original: Any) -> Any:
         """``_monitor_workers``: answer a stop or restart; publish a final failure."""
         from torch.distributed.elastic.agent.server.api import WorkerState
@@ -314,31 +268,6 @@ class Session:
             paused = watchdog.paused()
             if paused >= timeout:
                 self.post(paused_for(protocol, paused))
-
-    def park_for_handover(self) -> None:
-        """torch's main thread while this node hands over: wait for the new process (it
-        replaces this one); if it has not come within the grace and a little more, end."""
-        if self.state.phase != watch.Phase.HANDING_OVER:
-            return
-        time.sleep(self._grace() + timing.EXIT_GRACE)
-        say("torchrun_jsc: cannot go on: the agent did not start again in time")
-        _exit_now(1)
-
-    def hold_for_handover(self) -> None:
-        """torch's rendezvous lost its store: while the watch may still decide to hand over
-        (it declares the host lost after the peer timeout), wait for that decision, at most
-        the peer timeout and two heartbeats; parked when it hands over."""
-        config = self.config
-        if not config.failover:
-            return
-        beat = heartbeats.interval_for(config.peer_timeout)
-        deadline = time.monotonic() + config.peer_timeout + 2 * beat + timing.WATCHDOG_EVERY
-        going = (watch.Phase.TRAINING, watch.Phase.RESTARTING, watch.Phase.SPARE)
-        while time.monotonic() < deadline:
-            self.park_for_handover()
-            if self.state.phase not in going:
-                return
-            time.sleep(timing.WATCHDOG_EVERY)
 
     def may_close(self) -> bool:
         """Whether this agent may close torch's rendezvous at its end: not when it is out of
@@ -427,26 +356,7 @@ class Session:
 
     def _do_EndSpare(self, action: watch.EndSpare) -> None:
         self.print_last_line()
-        _exit_now(action.code)
-
-    def _do_LookUpNextHost(self, action: watch.LookUpNextHost) -> None:
-        candidates = action.candidates
-        self._thread(lambda: self._learn_next_host(candidates), "trjsc-next-host")
-
-    def _do_HandOver(self, action: watch.HandOver) -> None:
-        self._thread(lambda: self._hand_over(action.handover), "trjsc-handover")
-
-    def _hand_over(self, handed: handover.Handover) -> None:
-        """Stop this node's workers, then start the agent again (this process ends here)."""
-        workers.stop_all(self._grace())
-        with self.lock:
-            if self.state.exiting:  # stopped meanwhile (scancel, the time limit): no new start
-                return
-            relaunch.start_again(handed)
-
-    def _grace(self) -> float:
-        node = self.node
-        return float(TERM_GRACE if node is None or node.grace is None else node.grace)
+        exit_now(action.code)
 
     def _do_MarkCompleted(self, action: watch.MarkCompleted) -> None:
         protocol = self.protocol
@@ -522,89 +432,11 @@ class Session:
             restarts = agent is not None and agent._remaining_restarts > 0
             return Round(self.me, list(self.members), self.serving, restarts, self.config.recovery)
 
-    # ------------------------------------------------------------------ ending the process
-
-    def _end_workers(self) -> None:
-        """Stop this node's workers; if the agent has not ended by itself a little later (a
-        blocked store operation), print the last line and end the process."""
-        self.stop_workers()
-        time.sleep(timing.EXIT_GRACE)
-        self.print_last_line()
-        with self.lock:
-            state = self.state
-        if not state.exiting:
-            os._exit(watch.exit_code(state))
-
-    def _end_finished(self) -> None:
-        """Leave torch's exit barrier: print the last line, end with 0."""
-        self.print_last_line()
-        if not self.state.exiting:  # torch's main thread is still in its exit barrier
-            _exit_now(0)
-
-    def stop_workers(self) -> None:
-        """Stop this node's workers and publish that (a STOPPED record) unless they had all
-        ended by themselves: torch's monitor then publishes their failure."""
-        node = self.node
-        count = workers.stop_all(self._grace())
-        if count and node is not None:
-            self.ledger.publish_own(failures.stopped(node.hostname, node.node_rank, count))
-
-    def at_exit(self) -> None:
-        """Print the job's first failure as this agent's last line (once), when it failed; then
-        stop the job watch's threads before the interpreter ends (a thread inside a store call
-        while the process tears down torch's objects can abort it)."""
-        try:
-            # thawed: torch's main thread may end the agent before either watch thread has
-            # looked again
-            self._look_at_pause()
-            self.post(watch.Exiting())
-            self.print_last_line()
-        finally:
-            self._quiesce()
-
-    def _quiesce(self) -> None:
-        self.closing.set()
-        deadline = time.monotonic() + timing.QUIESCE_WAIT
-        for thread in [*self.threads, *in_flight()]:
-            if thread is not threading.current_thread():
-                thread.join(max(deadline - time.monotonic(), 0.0))
-
-    def print_last_line(self) -> None:
-        """The first failure, once, when the job failed and the report is on."""
-        if not (self.state.failed and self.config.report):
-            return
-        members, serving, me = list(self.members), self.serving, self.me
-        settle, beats = self._settle(), self.beats
-        timeout = self.config.peer_timeout
-        beat = heartbeats.interval_for(timeout) if timeout > 0 else 0.0
-        quiet = None if beats is None or not serving else functools.partial(beats.quiet, me)
-        self.last_line.print(
-            self.ledger,
-            lambda: self.ledger.read_all(members, serving, settle, quiet, beat),
-            settle + timing.VANISHED_BEATS * beat + timing.LINGER + timing.STORE_WAIT,
-        )
-        requeuing.after_failure(self.last_line.seen)
-
-    def _settle(self) -> float:
-        """How long to wait for the other nodes' records."""
-        timeout = self.config.peer_timeout
-        beat = heartbeats.interval_for(timeout) if timeout > 0 else 0.0
-        return timing.SETTLE + max(self.monitor_interval, beat)
-
 
 #: torch's error for a rendezvous store that cannot be reached.
 LOST_STORE = "RendezvousConnectionError"
 #: torch's errors of a rendezvous that could not reach its store or gather its nodes.
 _LOST = (LOST_STORE, "RendezvousTimeoutError")
-
-
-def _exit_now(code: int) -> None:
-    """End the process with ``code`` at once (torch's main thread may be blocked), its output
-    flushed first."""
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(code)
 
 
 def _key(node: Any) -> str:

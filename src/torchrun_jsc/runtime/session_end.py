@@ -1,0 +1,131 @@
+"""The end of an agent process's job watch (a part of :class:`~.session.Session`): stopping
+this node's workers, leaving torch's exit barrier, the last line, and the watch's threads
+stopped before the interpreter ends."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import threading
+import time
+from typing import List, Optional
+
+from ..torch_defaults import TERM_GRACE
+from . import failures, heartbeats, requeuing, timing, watch, workers
+from .beating import Heartbeats
+from .bounded import in_flight
+from .ledger import LastLine, Ledger
+from .node import Node
+from .watch import Config, Event, State
+
+
+class Ending:
+    """How the process ends; :class:`~.session.Session` holds the state it reads."""
+
+    node: Optional[Node]
+    config: Config
+    state: State
+    ledger: Ledger
+    last_line: LastLine
+    beats: Optional[Heartbeats]
+    members: List[str]
+    me: str
+    monitor_interval: float
+    closing: threading.Event
+    threads: List[threading.Thread]
+    lock: threading.RLock
+
+    @property
+    def serving(self) -> bool:
+        """Whether this agent serves the store (the session's)."""
+        raise NotImplementedError
+
+    def post(self, event: Event) -> None:
+        """Decide on ``event`` (the session's)."""
+        raise NotImplementedError
+
+    def _look_at_pause(self) -> None:
+        raise NotImplementedError
+
+    def _end_workers(self) -> None:
+        """Stop this node's workers; if the agent has not ended by itself a little later (a
+        blocked store operation), print the last line and end the process."""
+        self.stop_workers()
+        time.sleep(timing.EXIT_GRACE)
+        self.print_last_line()
+        with self.lock:
+            state = self.state
+        if not state.exiting:
+            os._exit(watch.exit_code(state))
+
+    def _end_finished(self) -> None:
+        """Leave torch's exit barrier: print the last line, end with 0."""
+        self.print_last_line()
+        if not self.state.exiting:  # torch's main thread is still in its exit barrier
+            exit_now(0)
+
+    def stop_workers(self) -> None:
+        """Stop this node's workers and publish that (a STOPPED record) unless they had all
+        ended by themselves: torch's monitor then publishes their failure."""
+        node = self.node
+        count = workers.stop_all(self._grace())
+        if count and node is not None:
+            self.ledger.publish_own(failures.stopped(node.hostname, node.node_rank, count))
+
+    def at_exit(self) -> None:
+        """Print the job's first failure as this agent's last line (once), when it failed; then
+        stop the job watch's threads before the interpreter ends (a thread inside a store call
+        while the process tears down torch's objects can abort it)."""
+        try:
+            # thawed: torch's main thread may end the agent before either watch thread has
+            # looked again
+            self._look_at_pause()
+            self.post(watch.Exiting())
+            self.print_last_line()
+        finally:
+            self._quiesce()
+
+    def _quiesce(self) -> None:
+        self.closing.set()
+        deadline = time.monotonic() + timing.QUIESCE_WAIT
+        for thread in [*self.threads, *in_flight()]:
+            if thread is not threading.current_thread():
+                thread.join(max(deadline - time.monotonic(), 0.0))
+
+    def print_last_line(self) -> None:
+        """The first failure, once, when the job failed and the report is on."""
+        if not (self.state.failed and self.config.report):
+            return
+        members, serving, me = list(self.members), self.serving, self.me
+        settle, beats = self._settle(), self.beats
+        timeout = self.config.peer_timeout
+        beat = heartbeats.interval_for(timeout) if timeout > 0 else 0.0
+        quiet = None if beats is None or not serving else functools.partial(beats.quiet, me)
+        self.last_line.print(
+            self.ledger,
+            lambda: self.ledger.read_all(members, serving, settle, quiet, beat),
+            settle + timing.VANISHED_BEATS * beat + timing.LINGER + timing.STORE_WAIT,
+        )
+        requeuing.after_failure(self.last_line.seen)
+
+    def _settle(self) -> float:
+        """How long to wait for the other nodes' records."""
+        timeout = self.config.peer_timeout
+        beat = heartbeats.interval_for(timeout) if timeout > 0 else 0.0
+        return timing.SETTLE + max(self.monitor_interval, beat)
+
+    def _grace(self) -> float:
+        """Seconds the workers have between SIGTERM and SIGKILL."""
+        node = self.node
+        return float(TERM_GRACE if node is None or node.grace is None else node.grace)
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` at once (torch's main thread may be blocked), its output
+    flushed first."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
