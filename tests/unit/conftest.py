@@ -1,12 +1,18 @@
 """Unit tests need no network: every test runs with name look-ups and inet sockets refused at
 once (a test that reaches for the network fails here, on every machine, not only where
 ``/etc/hosts`` or the loopback happen to differ). Sockets of other families (a socketpair,
-AF_UNIX, AF_NETLINK) stay allowed: they never leave the machine."""
+AF_UNIX, AF_NETLINK) stay allowed: they never leave the machine.
+
+Nor does a test leave exit hooks behind: a session a test configures registers its end with
+``atexit``; run at pytest's own exit it would look at a stale clock, print a last line, and
+act on the test's made-up job."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import socket
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -41,3 +47,29 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
         monkeypatch.setattr(socket.socket, method, guarded)
     yield
+
+
+@contextlib.contextmanager
+def exit_hooks_undone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Exit hooks registered inside are unregistered when it ends."""
+    registered: list[Callable[..., Any]] = []
+    original = atexit.register
+
+    def register(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        registered.append(function)
+        return original(function, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(atexit, "register", register)
+        try:
+            yield
+        finally:
+            for function in registered:
+                atexit.unregister(function)
+
+
+@pytest.fixture(autouse=True)
+def no_exit_hooks_left(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test's exit hooks do not outlive it."""
+    with exit_hooks_undone(monkeypatch):
+        yield

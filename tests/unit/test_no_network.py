@@ -1,8 +1,11 @@
-"""The unit tests' network guard (tests/unit/conftest.py) refuses what it says it refuses."""
+"""The unit tests' guards (tests/unit/conftest.py) refuse what they say they refuse."""
 
 from __future__ import annotations
 
+import pathlib
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -36,3 +39,29 @@ def test_sockets_that_stay_on_the_machine_still_work() -> None:
     with left, right:
         left.sendall(b"ok")
         assert right.recv(2) == b"ok"
+
+
+_HOOK = """
+import atexit, pytest
+from tests.unit.conftest import exit_hooks_undone
+def hook():
+    print("hook ran")
+if {undone}:
+    with exit_hooks_undone(pytest.MonkeyPatch()):
+        atexit.register(hook)
+else:
+    atexit.register(hook)
+"""
+
+
+@pytest.mark.parametrize("undone", [True, False])
+def test_exit_hooks_registered_in_a_test_do_not_run_at_exit(undone: bool) -> None:
+    root = pathlib.Path(__file__).resolve().parents[2]
+    ran = subprocess.run(
+        [sys.executable, "-c", _HOOK.format(undone=undone)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert ("hook ran" in ran.stdout) is not undone
