@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 import pytest
 
@@ -166,6 +166,24 @@ def saved_step(texts: Sequence[str], context: str) -> int:
     return steps.pop()
 
 
+def frozen_until_excluded(
+    cluster: Cluster, name: str, run: int, job: str, node: int, line: str, tasks: Iterable[int]
+) -> None:
+    """``node`` frozen until ``tasks`` of run ``run`` (0: the first) of the 4-node job said
+    ``line``, then thawed, as Slurm would take a dead node out (its frozen processes keep the
+    old run from ending); the job must then be held with that node excluded."""
+    cluster.freeze_node(node)
+    try:
+        deadline = time.monotonic() + PEER_TIMEOUT + 90
+        while not all(line in outputs(cluster, name, run, 4)[t] for t in tasks):
+            assert time.monotonic() < deadline, f"{line!r}\n{said(cluster, name, run + 1, 4, job)}"
+            time.sleep(0.3)
+    finally:
+        cluster.thaw_node(node)
+    fields = job_fields(cluster, job)
+    assert fields.get("ExcNodeList") == f"node{node}", fields
+
+
 def test_the_warning_then_a_lost_node_requeue_the_job_which_resumes_each_time(
     five_cluster: Cluster,
 ) -> None:
@@ -208,16 +226,7 @@ def test_the_warning_then_a_lost_node_requeue_the_job_which_resumes_each_time(
         f"torchrun_jsc: requeue 2 of 3: job {job} requeued after a failure it could not recover"
         f" from, without node{node}; its next run resumes from the checkpoint"
     )
-    cluster.freeze_node(node)
-    try:
-        deadline = time.monotonic() + PEER_TIMEOUT + 90
-        while not all(line in outputs(cluster, name, 1, 4)[t] for t in range(3)):
-            assert time.monotonic() < deadline, f"{line!r}\n{said(cluster, name, 2, 4, job)}"
-            time.sleep(0.3)
-    finally:
-        cluster.thaw_node(node)
-    fields = job_fields(cluster, job)
-    assert fields.get("ExcNodeList") == f"node{node}", fields
+    frozen_until_excluded(cluster, name, 1, job, node, line, range(3))
     wait_requeued(cluster, job, 2)
     state = wait_ended(cluster, job, 240)
     context = said(cluster, name, 3, 4, job)
@@ -243,17 +252,8 @@ def lost_then_requeued(
     the job's id, and the context for messages."""
     job = cluster.sbatch(batch_script(cluster, name, 4, {}))
     wait_for(cluster, name, 0, 4, "step=12 ", 150)
-    cluster.freeze_node(node)
     line = line.replace("{job}", job)
-    try:
-        deadline = time.monotonic() + PEER_TIMEOUT + 90
-        while not all(line in outputs(cluster, name, 0, 4)[t] for t in tasks):
-            assert time.monotonic() < deadline, f"{line!r}\n{said(cluster, name, 1, 4, job)}"
-            time.sleep(0.3)
-    finally:
-        cluster.thaw_node(node)
-    fields = job_fields(cluster, job)
-    assert fields.get("ExcNodeList") == f"node{node}", fields
+    frozen_until_excluded(cluster, name, 0, job, node, line, tasks)
     wait_requeued(cluster, job, 1)
     state = wait_ended(cluster, job, 240)
     context = said(cluster, name, 2, 4, job)

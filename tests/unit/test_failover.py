@@ -21,6 +21,7 @@ from torchrun_jsc.runtime.watch import Config, Joined, Phase, SpareFound, State,
 from .fakestore import FakeStore
 from .layouts import ib
 from .sessions import with_store
+from .test_watch_recovery import RECOVER
 
 
 def key(i: int, rank: Optional[int] = None, pid: int = 4000) -> str:
@@ -111,16 +112,9 @@ def test_a_broken_handover_is_refused_in_one_line(value: str, why: str) -> None:
 
 # ---------------------------------------------------------------------------- the watch
 
-FAILOVER = Config(
+FAILOVER = RECOVER._replace(
     hostname="node2",
     node_rank=2,
-    endpoint="node0i:29500",
-    peer_timeout=60.0,
-    report=True,
-    recovery=True,
-    min_nodes=4,
-    max_restarts=3,
-    run_id="job7",
     failover=True,
     store_port=29500,
     failover_wait=150.0,
