@@ -31,7 +31,6 @@ from .request import Request
 from .runtime.node import Node
 from .runtime.requeue import Budget
 from .slurm import SlurmStep, expand_hostlist
-from .torch_defaults import TERM_GRACE
 from .versions import OWN_SESSION_FROM, TorchVersion
 
 #: The patches this module decides (all others fix the start).
@@ -236,8 +235,7 @@ def _failover(
             "is_host is given in --rdzv_conf: no other node could be made the host",
         )
         return
-    grace = TERM_GRACE if node.grace is None else node.grace
-    wait = failover_wait(settings.peer_timeout, grace)
+    wait = failover_wait(settings.peer_timeout, node.term_grace())
     side.patch(
         params.Failover(
             node=node,

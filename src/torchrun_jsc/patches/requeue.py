@@ -28,7 +28,7 @@ def install(node: Node, budget: Budget) -> None:
     verified(CHECKS)
     _agent_hooks.install()
     _agent_hooks.configure(node)
-    requeue = requeuing.Requeuing(budget, _Current(), grace=node.grace)
+    requeue = requeuing.Requeuing(budget, _Current(), grace=node.term_grace())
     requeuing.REQUEUE = requeue
     number = int(getattr(signal, budget.signal))
     before = signal.getsignal(number)

@@ -1,9 +1,11 @@
-"""What the plan knows about this node, for the agent-side mechanisms (no imports: the plan
-builds it, the runtime uses it)."""
+"""What the plan knows about this node, for the agent-side mechanisms (no imports but torch's
+defaults: the plan builds it, the runtime uses it)."""
 
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
+
+from ..torch_defaults import TERM_GRACE
 
 
 class Node(NamedTuple):
@@ -19,3 +21,7 @@ class Node(NamedTuple):
     run_id: str = ""
     elastic: bool = False
     grace: Optional[float] = None
+
+    def term_grace(self) -> float:
+        """The workers' seconds between SIGTERM and SIGKILL (``grace``, else torch's)."""
+        return float(TERM_GRACE if self.grace is None else self.grace)

@@ -112,13 +112,13 @@ class Requeuing:
         self,
         budget: Budget,
         job: Job,
-        grace: Optional[float] = None,
+        grace: float = TERM_GRACE,
         run: Runner = scontrol,
         end: Optional[Callable[[int], None]] = None,
     ) -> None:
         self.budget = budget
         self.job = job
-        self.term_grace = float(TERM_GRACE if grace is None else grace)
+        self.term_grace = float(grace)
         self.run = run
         self.end = end or _exit_now
         self.started = time.monotonic()

@@ -118,8 +118,7 @@ class Ending:
 
     def _grace(self) -> float:
         """Seconds the workers have between SIGTERM and SIGKILL."""
-        node = self.node
-        return float(TERM_GRACE if node is None or node.grace is None else node.grace)
+        return float(TERM_GRACE) if self.node is None else self.node.term_grace()
 
 
 def exit_now(code: int) -> None:
