@@ -95,6 +95,9 @@ class Handover(NamedTuple):
     quorum: int = 1
     #: This node waited as a spare.
     spare: bool = False
+    #: The node ranks of the rendezvous hosts lost so far, in order: a requeue leaves their
+    #: nodes out (the store that knew of them is gone).
+    lost_hosts: Tuple[int, ...] = ()
 
     @property
     def host_name(self) -> str:
@@ -141,7 +144,12 @@ def decode(text: str) -> Handover:
     for ok, field in checks:
         if not ok:
             raise bad(f"{field} {json.dumps(data[field])} is not valid")
-    return Handover(**data)
+    if not (
+        isinstance(data["lost_hosts"], list)
+        and all(_is_int(r) and r >= 0 for r in data["lost_hosts"])
+    ):
+        raise bad(f"lost_hosts {json.dumps(data['lost_hosts'])} is not valid")
+    return Handover(**{**data, "lost_hosts": tuple(data["lost_hosts"])})
 
 
 def _is_int(value: object) -> bool:

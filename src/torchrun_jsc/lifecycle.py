@@ -278,6 +278,7 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
         signal=settings.requeue_signal,
         node_rank=request.node_rank,
         host=_host_name(step, settings.host_node_rank),
+        lost_before=_lost_hosts(step, request),
     )
     side.patch(params.Requeue(node=node, budget=budget), f"job {budget.job} back into the queue")
     signal = budget.signal
@@ -291,15 +292,17 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
         f"the workers have {budget.grace:g} s to save and end",
         f"{reach}; then one node requeues job {budget.job} (scontrol requeue)",
     )
+    before = f" and {', '.join(budget.lost_before)}" if budget.lost_before else ""
     failure = (
-        "requeued, the lost nodes excluded"
+        f"requeued, the lost nodes{before} excluded"
         if settings.failure_report
         else "not requeued (TORCHRUN_JSC_FAILURE_REPORT=0)"
     )
     side.decide(
         "requeue after a failure",
         failure,
-        "one the job cannot recover from inside its allocation",
+        "one the job cannot recover from inside its allocation"
+        + ("; rendezvous hosts lost before the handover: their store is gone" if before else ""),
     )
     left = max(budget.most - budget.done, 0)
     side.decide(
@@ -308,6 +311,12 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
         f"SLURM_RESTART_COUNT={budget.done}; none after a run shorter than"
         f" {budget.min_run:g} s (TORCHRUN_JSC_REQUEUE_MIN_RUN)",
     )
+
+
+def _lost_hosts(step: SlurmStep, request: Request) -> Tuple[str, ...]:
+    """The Slurm names of the rendezvous hosts lost before this process (handovers)."""
+    ranks = request.handover.lost_hosts if request.handover else ()
+    return tuple(name for name in (_host_name(step, rank) for rank in ranks) if name)
 
 
 def _host_name(step: SlurmStep, host_node_rank: int) -> str:

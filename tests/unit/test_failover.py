@@ -81,6 +81,7 @@ HANDED = Handover(
     lost="the rendezvous host node0i:29500",
     wait=150.0,
     spare=True,
+    lost_hosts=(0,),
 )
 
 
@@ -101,6 +102,8 @@ def test_the_handover_travels_whole() -> None:
         (handover.encode(HANDED).replace('"restart":2', '"restart":true'), "restart true"),
         (handover.encode(HANDED).replace('"host_node_rank":1', '"host_node_rank":-1'), "-1"),
         (handover.encode(HANDED).replace('"spare":true', '"spare":1'), "spare 1 is not valid"),
+        (handover.encode(HANDED).replace('"lost_hosts":[0]', '"lost_hosts":[-1]'), "[-1]"),
+        (handover.encode(HANDED).replace('"lost_hosts":[0]', '"lost_hosts":0'), "lost_hosts 0"),
     ],
 )
 def test_a_broken_handover_is_refused_in_one_line(value: str, why: str) -> None:
@@ -117,6 +120,7 @@ FAILOVER = RECOVER._replace(
     node_rank=2,
     failover=True,
     store_port=29500,
+    host_node_rank=0,
     failover_wait=150.0,
 )
 NEXT = handover.order(MEMBERS, (ib(0),))
@@ -147,6 +151,7 @@ def test_a_lost_host_hands_over_to_the_next_node_in_node_rank_order() -> None:
         wait=150.0,
         spare=False,
         quorum=3,
+        lost_hosts=(0,),
     )
     assert said(actions) == (
         "torchrun_jsc: the rendezvous host node0i:29500 has not answered for 61 s"
@@ -156,6 +161,16 @@ def test_a_lost_host_hands_over_to_the_next_node_in_node_rank_order() -> None:
     )
     # further news changes nothing while the agent starts again
     assert decide(FAILOVER, state, SILENT) == (state, ())
+
+
+def test_a_second_handover_carries_every_lost_host_on() -> None:
+    """The store that knew of node rank 0's loss is gone: the handover remembers it."""
+    config = FAILOVER._replace(host_node_rank=1, previous=HANDED)
+    nxt = handover.order(MEMBERS, (ib(0), ib(1)))
+    _, actions = decide(config, TRAINING._replace(next_hosts=nxt), SILENT)
+    handed = actions[-1]
+    assert isinstance(handed, watch.HandOver)
+    assert handed.handover.lost_hosts == (0, 1) and handed.handover.host_node_rank == 2
 
 
 def test_a_spare_hands_over_too_and_says_so_in_its_next_process() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -262,6 +262,32 @@ def test_without_recovery_there_is_no_failover() -> None:
     assert "rendezvous host lost" not in [d.topic for d in p.decisions]
 
 
+@pytest.mark.parametrize(
+    ("lost_hosts", "host", "before"),
+    [((0,), "node1", ("node0",)), ((0, 1), "node2", ("node0", "node1"))],
+)
+def test_after_a_handover_a_requeue_leaves_the_lost_hosts_out(
+    lost_hosts: Tuple[int, ...], host: str, before: Tuple[str, ...]
+) -> None:
+    """The store that knew of the lost hosts is gone: the plan names their nodes."""
+    handed = Handover(
+        endpoint="10.78.0.12:29500",
+        host_node_rank=len(lost_hosts),
+        restart=len(lost_hosts),
+        lost="the rendezvous host",
+        wait=100.0,
+        lost_hosts=lost_hosts,
+    )
+    env = {**STEP, "TORCHRUN_JSC_REQUEUE": "1", VARIABLE: encode(handed)}
+    argv = ["--nnodes=3:4", *MULTI[1:], "--max_restarts=3", *SCRIPT]
+    p = plan(argv, {"SLURM_NODEID": "3", **env}, "2.13.0", node(3))
+    budget = patches(p)["requeue"]["budget"]
+    assert (budget["host"], budget["lost_before"]) == (host, before)  # type: ignore[index]
+    assert decision(p, "requeue after a failure").startswith(
+        f"requeued, the lost nodes and {', '.join(before)} excluded"
+    )
+
+
 def test_the_failover_wait_counts_the_grace_the_user_gave() -> None:
     p = recovering(3, {"TORCHRUN_JSC_TERM_GRACE": "5", "TORCHRUN_JSC_PEER_TIMEOUT": "10"})
     assert patches(p)["failover"]["wait"] == 10.0 + 5.0 + HANDOVER_START
@@ -407,6 +433,7 @@ def test_the_requeue_gets_the_job_its_count_and_its_settings() -> None:
         "signal": "SIGUSR2",
         "node_rank": 1,
         "host": "node0",  # node rank 0 of the step's node list
+        "lost_before": (),
     }
     assert patches(p)["requeue"] == {"node": {**NODE1}, "budget": budget}
     assert decision(p, "requeue after SIGUSR2").startswith(

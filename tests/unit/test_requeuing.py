@@ -189,6 +189,34 @@ def test_after_a_failure_the_lost_nodes_are_excluded_before_the_release(
     assert protocol.requeue_outcome() == (True, line) and ends.codes == []
 
 
+def test_after_a_handover_the_hosts_lost_before_are_excluded_too(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The store moved with the handover: the plan named the lost host's node (node0); the
+    members lost in this round are counted as readers no more, the host lost before never."""
+    requeue, _, slurm, _, protocol = make(
+        serving=True, members=4, budget=B._replace(lost_before=("node0",))
+    )
+    protocol.requeue_told(2)  # the two live others read it
+    requeue.after_failure([Record(kind=LOST, hostname="node3", node_rank=3)])
+    assert ("scontrol", "update", "JobId=12", "ExcNodeList=node0,node3") in slurm.ran
+    assert "could not recover from, without node0, node3; its next run" in capsys.readouterr().err
+    assert protocol.requeue_outcome() is not None
+
+
+def test_a_stand_in_after_a_handover_excludes_every_lost_host(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(requeuing, "stand_in_delay", lambda budget: 0.0)
+    budget = B._replace(node_rank=2, host="node1", lost_before=("node0",))
+    requeue, _, slurm, _, protocol = make(serving=False, budget=budget)
+    protocol.store.running.clear()  # type: ignore[attr-defined]  # the host is frozen
+    requeue.after_failure(HOST_LOST)
+    assert ("scontrol", "update", "JobId=12", "ExcNodeList=node0,node1") in slurm.ran
+    assert "(the rendezvous host lost), without node0, node1;" in capsys.readouterr().err
+    protocol.store.running.set()  # type: ignore[attr-defined]
+
+
 def test_a_refused_step_stops_the_sequence_and_says_why() -> None:
     slurm = Slurm({"update": (1, "Invalid node name specified")})
     requeue, _, _, _, protocol = make(serving=True, slurm=slurm)

@@ -46,6 +46,7 @@ from .requeue import (
     excluded,
     host_lost,
     job_facts,
+    left_out,
     lost_names,
     no_line,
     refusal,
@@ -274,8 +275,8 @@ class Requeuing:
                 bounded(protocol.requeue_told, timing.STORE_WAIT)
             say(found[1] if found else no_line(_NO_WORD))
             return
-        lost = lost_names(records)
-        ok, line = self._requeue("a failure it could not recover from", lost)
+        lost = lost_names(records)  # members of this round: they read no word
+        ok, line = self._requeue("a failure it could not recover from", left_out(self.budget, lost))
         say(line)
         if protocol is not None:
             self._tell(protocol, ok, line, len(job.members) - 1 - len(lost))
@@ -293,7 +294,7 @@ class Requeuing:
             )
             return
         time.sleep(delay)
-        lost = [budget.host] if budget.host else []
+        lost = left_out(budget, [budget.host] if budget.host else [])
         cause = "a failure it could not recover from (the rendezvous host lost)"
         say(self._requeue(cause, lost)[1])
 

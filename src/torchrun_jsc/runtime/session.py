@@ -123,6 +123,7 @@ class Session(Ending, FailingOver):
                     failover_wait=failover.wait,
                     store_port=self.node.store_port,
                     previous=failover.previous,
+                    host_node_rank=failover.host_rank,
                 )
             self.ledger.report = self.config.report
         atexit.unregister(self.at_exit)

@@ -342,6 +342,8 @@ def _no_handover(config: Config, state: State, silent_since: float) -> Optional[
 def _hand_over(config: Config, state: State, line: str, what: str) -> Decision:
     """Every node that lost its host starts again at the first of ``next_hosts``."""
     nxt = state.next_hosts[0]
+    before = config.previous.lost_hosts if config.previous else ()
+    lost = () if config.host_node_rank is None else (config.host_node_rank,)
     handed = handover.Handover(
         endpoint=handover.endpoint(nxt.address, config.store_port),
         host_node_rank=nxt.node_rank,
@@ -350,6 +352,7 @@ def _hand_over(config: Config, state: State, line: str, what: str) -> Decision:
         wait=config.failover_wait,
         spare=state.phase == Phase.SPARE,
         quorum=state.round_size // 2 + 1,
+        lost_hosts=before + lost,
     )
     said = (
         f"{line}; handing over: {handed.host_name} hosts the next round (restart"

@@ -54,6 +54,8 @@ class Config(NamedTuple):
     failover: bool = False
     #: The rendezvous port (the next host serves on the same one).
     store_port: int = 0
+    #: The current rendezvous host's node rank (None: not known).
+    host_node_rank: Optional[int] = None
     #: How long the next host has to serve after a handover.
     failover_wait: float = 0.0
     #: The handover this process continues (None: the job's first process).
