@@ -311,10 +311,29 @@ def test_a_later_stand_in_sees_the_requeue_done_and_others_only_say_who(
 def test_a_thawed_host_does_not_requeue_the_jobs_next_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Frozen, then thawed after a stand-in requeued: Slurm counts the requeue already."""
+    """Frozen, then thawed after a stand-in requeued (or after the others went on with a next
+    host): what it lost meanwhile (every peer, in its eyes) says nothing of them; it does not
+    ask Slurm, let alone requeue without them."""
+    requeue, _, slurm, _, protocol = make(serving=True, members=4)
+    protocol.requeue_told(5)
+    records = [
+        Record(kind=LOST, hostname="node0", node_rank=0, what="this node, node0 (node rank 0),"),
+        Record(kind=LOST, hostname="node1", node_rank=1),
+    ]
+    requeue.after_failure(records)
+    assert slurm.ran == []
+    assert capsys.readouterr().err.strip() == (
+        "torchrun_jsc: no requeue: this node itself did not run for the peer timeout (frozen or"
+        " suspended): the other nodes requeue the job or went on without it"
+    )
+
+
+def test_a_requeue_already_counted_by_slurm_is_not_done_again(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     slurm = Slurm({"show": (0, "JobId=12 JobState=RUNNING Requeue=1 BatchFlag=1 Restarts=1")})
     requeue, _, _, _, protocol = make(serving=True, slurm=slurm)
     protocol.requeue_told(5)
-    requeue.after_failure([Record(kind=LOST, hostname="node0", node_rank=0, what="this node,")])
+    requeue.after_failure([Record(kind=LOST, hostname="node3", node_rank=3)])
     assert slurm.ran == [("scontrol", "-o", "show", "job", "12")]
     assert "job 12 was requeued already (by another node)" in capsys.readouterr().err

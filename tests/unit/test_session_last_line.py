@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.fakestore import FakeStore
 from torchrun_jsc.runtime import report, timing, workers
-from torchrun_jsc.runtime.ledger import Ledger
+from torchrun_jsc.runtime.ledger import LastLine, Ledger
 from torchrun_jsc.runtime.protocol import JobProtocol
 from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
 from torchrun_jsc.runtime.session import Session
@@ -253,3 +253,19 @@ def test_a_lost_records_slack_counts_back_from_when_it_was_last_heard(
     lost = rec(LOST, "node3", 9.0, node_rank=3, slack=slack)
     root = report.first_failure([failed, lost])
     assert root is not None and root.hostname == first
+
+
+def test_what_a_node_lost_itself_reaches_the_requeue_beside_the_store_records() -> None:
+    """A thawed host keeps its own LOST record (not published); the store's records make the
+    line, and the requeue gets both (found on the cluster: without its own record, a thawed
+    old host requeued a job that had gone on after a handover)."""
+    ledger = Ledger(report=True)
+    itself = Record(kind=LOST, hostname="node0", node_rank=0, what="this node, node0,")
+    ledger.publish(itself, local=True)
+    peer = Record(kind=LOST, hostname="node1", node_rank=1)
+    last = LastLine()
+    last.print(ledger, lambda: [peer], 1.0)
+    assert last.seen == [peer, itself]
+    alone = LastLine()
+    alone.print(ledger, lambda: [], 1.0)
+    assert alone.seen == [itself]

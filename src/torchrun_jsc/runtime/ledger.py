@@ -189,7 +189,8 @@ class LastLine:
         self._lock = threading.Lock()
         self._printed = False
         self._done = threading.Event()
-        #: The records the line was made from.
+        #: The records the line was made from, and this node's own kept ones (what it lost
+        #: itself is not published: the requeue must know it all the same).
         self.seen: List[Record] = []
 
     def print(self, ledger: Ledger, read: Callable[[], List[Record]], wait: float) -> None:
@@ -201,11 +202,10 @@ class LastLine:
             self._done.wait(wait + 1.0)
             return
         try:
-            records = list(ledger.records)
+            kept = list(ledger.records)
             found = bounded(read, wait)
-            if found:
-                records = found
-            self.seen = records
+            records = found or kept
+            self.seen = [*records, *(r for r in kept if r not in records)]
             line = report_line(records)
             if line is not None:
                 say(line)

@@ -22,6 +22,8 @@ FAILED = "failed"
 LOST = "lost"
 #: torchrun_jsc stopped this node's workers because another node failed or was lost.
 STOPPED = "stopped"
+#: How a LOST record that a node wrote of itself (it did not run: frozen, suspended) begins.
+ITSELF = "this node, "
 
 
 class Record(NamedTuple):

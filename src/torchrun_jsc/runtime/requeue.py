@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from .report import LOST, Record
+from .report import ITSELF, LOST, Record
 
 
 class Budget(NamedTuple):
@@ -50,6 +50,13 @@ def left_out(budget: Budget, lost: Sequence[str]) -> List[str]:
 STAND_INS = (1, 2, 3)
 #: Seconds between two stand-ins' turns.
 STAND_IN_STEP = 5.0
+
+
+def lost_itself(records: Sequence[Record]) -> bool:
+    """Whether this node's own records say it did not run (frozen, suspended) for the peer
+    timeout: the others stopped the job or went on without it, and what it lost since (its
+    peers, its host's answers) says nothing about them."""
+    return any(r.kind == LOST and r.what.startswith(ITSELF) for r in records)
 
 
 def stand_in_delay(budget: Budget) -> Optional[float]:

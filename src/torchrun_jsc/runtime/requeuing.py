@@ -47,6 +47,7 @@ from .requeue import (
     host_lost,
     job_facts,
     left_out,
+    lost_itself,
     lost_names,
     no_line,
     refusal,
@@ -97,6 +98,10 @@ def scontrol(command: Sequence[str]) -> Tuple[int, str]:
 
 
 #: Why a node that does not requeue has nothing to print.
+_NOT_RUN = (
+    "this node itself did not run for the peer timeout (frozen or suspended): the other nodes"
+    " requeue the job or went on without it"
+)
 _NO_WORD = (
     "the rendezvous host, which requeues the job, did not say in time that it did (was it lost?)"
 )
@@ -266,6 +271,9 @@ class Requeuing:
             say(no_line(guard.why_not))
             return
         protocol, job = self.job.protocol, self.job
+        if lost_itself(records):  # a thawed host must not requeue a job that went on
+            say(no_line(_NOT_RUN))
+            return
         if host_lost(records):
             self._stand_in()
             return

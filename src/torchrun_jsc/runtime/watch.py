@@ -44,7 +44,7 @@ from typing import Optional, Tuple
 
 from .. import handover
 from . import heartbeats
-from .report import FAILED, LOST, Record, describe, node_name
+from .report import FAILED, ITSELF, LOST, Record, describe, node_name
 from .watch_types import (
     Action,
     Answer,
@@ -371,7 +371,7 @@ def _resumed(config: Config, state: State, event: StoreQuiet) -> Decision:
         f" TORCHRUN_JSC_PEER_TIMEOUT={config.peer_timeout:g}): the other nodes have stopped the"
         " job or gone on without it"
     )
-    what = f"this node, {node_name(config.hostname, config.node_rank)},"
+    what = f"{ITSELF}{node_name(config.hostname, config.node_rank)},"
     return _lost_here(config, state, event.now - event.paused, what, line)
 
 
