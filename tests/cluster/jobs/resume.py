@@ -55,6 +55,7 @@ def main() -> int:
     pause = float(os.environ.get("TRJSC_STEP_SECONDS", "0.25"))
     every = int(os.environ.get("TRJSC_CKPT_EVERY", "5"))
     timeout = datetime.timedelta(seconds=float(os.environ.get("TRJSC_PG_TIMEOUT", "1800")))
+    print(f"TRJSC_UP pid={os.getpid()}", flush=True)  # torch imported (bench: phases)
     dist.init_process_group("gloo", timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     host = socket.gethostname()
