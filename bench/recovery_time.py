@@ -11,7 +11,12 @@ median and the slowest are printed, with the goal of issue 21: at most the peer 
 With ``--fault host`` the rendezvous host (node 0) is frozen instead: every other node starts
 its agent again and the next node in node-rank order hosts (failover); the figure is the time
 to the first training step of the new round on the node that watched (the spare, unless node 0
-was the spare). Needs root. Prints; ``--plot`` writes a PNG (matplotlib, the ``bench`` extra);
+was the spare). Each round also notes when each phase ended, seconds after the fault: a
+survivor declares the node lost (``restarting the workers without it``; not with ``--fault
+host``), the watched node joins the new round, its worker has imported torch
+(``TRJSC_UP``), its process group is up and the checkpoint read (``TRJSC_RESUMED``), its
+first step; and how busy the machine's cores were from the fault to that step (from
+``/proc/stat``). Needs root. Prints; ``--plot`` writes a PNG (matplotlib, the ``bench`` extra);
 ``--record`` writes the table into docs/benchmarks.md (section recovery-time, or
 failover-time for ``--fault host``) and the plot to docs/recovery-time.png (not for
 ``--fault host``).
@@ -24,7 +29,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -47,9 +52,54 @@ PLOT = ROOT / "docs" / "recovery-time.png"
 GOAL_EXTRA = 30.0
 
 
-def one_round(cluster: Cluster, size: int, peer_timeout: float, host: bool = False) -> float:
+#: The phases of a recovery, each by the line that ends it: (name, on the watched node or a
+#: survivor, the line).
+PHASES = (
+    ("lost", False, "; restarting the workers without it"),
+    ("joined", True, "torchrun_jsc: spare: this node takes a lost node's place"),
+    ("torch imported", True, "TRJSC_UP "),
+    ("process group", True, "TRJSC_RESUMED "),
+    ("first step", True, "TRJSC_STEP "),
+)
+
+
+class Round(NamedTuple):
+    """One round: seconds from the fault to the first step, to each phase's end (None: not
+    seen), and the share of the machine's cores busy meanwhile."""
+
+    took: float
+    phases: Dict[str, Optional[float]]
+    busy: float
+
+
+def _busy() -> Tuple[int, int]:
+    """The machine's busy and total jiffies so far (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _phases(job: Job, watched: int, survivor: int, limit: float) -> Dict[str, Optional[float]]:
+    """Seconds from now to each phase's end: the first line after the ones already there."""
+    before = {
+        name: job.output(watched if on_watched else survivor).count(line)
+        for name, on_watched, line in PHASES
+    }
+    found: Dict[str, Optional[float]] = dict.fromkeys(before)
+    started = time.monotonic()
+    while found["first step"] is None and time.monotonic() - started < limit:
+        texts = {True: job.output(watched), False: job.output(survivor)}
+        for name, on_watched, line in PHASES:
+            if found[name] is None and texts[on_watched].count(line) > before[name]:
+                found[name] = time.monotonic() - started
+        time.sleep(0.1)
+    return found
+
+
+def one_round(cluster: Cluster, size: int, peer_timeout: float, host: bool = False) -> Round:
     """One job on every node of ``cluster`` (``size`` train, one spare): seconds from the
-    freeze (of node 0 when ``host``) to the first step of the new round."""
+    freeze (of node 0 when ``host``) to the first step of the new round, and its phases."""
     node_envs = envs(cluster, size + 1, f"bench-{size}")
     node_envs = [
         {**e, "TORCHRUN_JSC_PEER_TIMEOUT": f"{peer_timeout:g}", "TRJSC_STEPS": "100000"}
@@ -62,18 +112,24 @@ def one_round(cluster: Cluster, size: int, peer_timeout: float, host: bool = Fal
         trained = [i for i in range(size + 1) if i != spare]
         frozen = 0 if host else max(i for i in trained if i != 0)
         watched = spare if spare != frozen else min(i for i in trained if i != frozen)
+        survivor = min(i for i in trained if i not in (frozen, watched))
         wait_for_step(job, trained[-1], 12, limit=300)
         groups = job.output(watched).count("TRJSC_RESUMED ")
+        busy, total = _busy()
         cluster.freeze_node(frozen)
-        return first_step_after(job, watched, groups, peer_timeout + 240)
+        phases = _phases(job, watched, survivor, peer_timeout + 240)
+        took = first_step_after(job, watched, groups, 5.0)
+        busy_after, total_after = _busy()
+        share = (busy_after - busy) / max(total_after - total, 1)
+        return Round(max(took, phases["first step"] or 0.0), phases, share)
     finally:
         if frozen is not None:
             cluster.thaw_node(frozen)
         job.stop()
 
 
-#: Every round's figure, by (training nodes, peer timeout).
-Found = Dict[Tuple[int, float], List[float]]
+#: Every round, by (training nodes, peer timeout).
+Found = Dict[Tuple[int, float], List[Round]]
 
 
 def measure(sizes: List[int], timeouts: List[float], rounds: int, host: bool = False) -> Found:
@@ -84,9 +140,16 @@ def measure(sizes: List[int], timeouts: List[float], rounds: int, host: bool = F
         try:
             for timeout in timeouts:
                 for r in range(rounds):
-                    took = one_round(cluster, size, timeout, host)
-                    found.setdefault((size, timeout), []).append(took)
-                    print(f"{size} nodes, peer timeout {timeout:g} s, round {r + 1}: {took:.1f} s")
+                    done = one_round(cluster, size, timeout, host)
+                    found.setdefault((size, timeout), []).append(done)
+                    ends = ", ".join(
+                        f"{name} {'-' if at is None else f'{at:.1f}'}"
+                        for name, at in done.phases.items()
+                    )
+                    print(
+                        f"{size} nodes, peer timeout {timeout:g} s, round {r + 1}:"
+                        f" {done.took:.1f} s ({ends}; cores {done.busy:.0%} busy)"
+                    )
         finally:
             cluster.down()
     return found
@@ -98,13 +161,31 @@ def table(found: Found) -> str:
         " slowest | rounds | goal (timeout + 30 s) |",
         "|---|---|---|---|---|---|",
     ]
-    for (size, timeout), times in sorted(found.items()):
+    for (size, timeout), rounds in sorted(found.items()):
+        times = [r.took for r in rounds]
         goal = timeout + GOAL_EXTRA
         ok = "met" if max(times) <= goal else "**missed**"
         lines.append(
             f"| {size} | {timeout:g} s | {statistics.median(times):.1f} s | {max(times):.1f} s"
             f" | {len(times)} | {goal:g} s: {ok} |"
         )
+    return "\n".join(lines)
+
+
+def phase_table(found: Found) -> str:
+    """The phases' ends (medians, seconds after the fault) and the cores' busy share."""
+    names = [name for name, _, _ in PHASES]
+    lines = [
+        "| training nodes | timeout | " + " | ".join(names) + " | cores busy |",
+        "|---|---|" + "---|" * (len(names) + 1),
+    ]
+    for (size, timeout), rounds in sorted(found.items()):
+        cells = []
+        for name in names:
+            seen = [r.phases[name] for r in rounds if r.phases[name] is not None]
+            cells.append(f"{statistics.median(seen):.1f}" if seen else "-")  # type: ignore[type-var]
+        busy = statistics.median(r.busy for r in rounds)
+        lines.append(f"| {size} | {timeout:g} s | " + " | ".join(cells) + f" | {busy:.0%} |")
     return "\n".join(lines)
 
 
@@ -119,7 +200,7 @@ def plot(found: Found, path: Path) -> None:
         sizes = sorted(s for s, t in found if t == timeout)
         ax.plot(
             sizes,
-            [statistics.median(found[(s, timeout)]) for s in sizes],
+            [statistics.median(r.took for r in found[(s, timeout)]) for s in sizes],
             "o-",
             label=f"peer timeout {timeout:g} s",
         )
@@ -146,7 +227,11 @@ def main() -> int:
     started = time.monotonic()
     host = args.fault == "host"
     found = measure(args.sizes, args.timeouts, args.rounds, host)
-    body = table(found)
+    body = (
+        table(found)
+        + "\n\nEach phase's end, seconds after the fault (medians):\n\n"
+        + phase_table(found)
+    )
     print(body)
     print(f"(took {time.monotonic() - started:.0f} s)")
     if host:
@@ -163,9 +248,14 @@ def main() -> int:
         plot(found, PLOT)
     if args.record:
         body += (
-            "\n\nThe machine's two cores run every node of the cluster; the 16-node cluster's"
-            " agents and workers share them with 17 of each.\n\n![fault to first step by job"
-            " size](recovery-time.png)"
+            "\n\nA frozen training node (not the host) replaced by the spare. The phases end"
+            " when their line appears: lost (a survivor: `restarting the workers without it`;"
+            " with the 60 s timeout torch's keep-alives re-form the round first, so no such"
+            " line), joined (the spare: `takes a lost node's place`), torch imported (its"
+            " worker), process group (with the checkpoint read), first step. Cores busy: the"
+            " share of the machine's two cores in use from the fault to the first step; they"
+            " run every node of the cluster (at 16 nodes, 17 agents and 16 workers).\n\n"
+            "![fault to first step by job size](recovery-time.png)"
         )
         record("recovery-time", body, ROOT / "docs" / "benchmarks.md")
     return 0
