@@ -132,6 +132,7 @@ def decode(text: str) -> Handover:
     if not isinstance(data, dict) or set(data) != set(Handover._fields):
         raise bad("not the expected object")
     rank, restart, wait = data["host_node_rank"], data["restart"], data["wait"]
+    lost_hosts = data["lost_hosts"]
     checks = (
         (isinstance(data["endpoint"], str) and bool(data["endpoint"]), "endpoint"),
         (rank is None or (_is_int(rank) and rank >= 0), "host_node_rank"),
@@ -140,16 +141,15 @@ def decode(text: str) -> Handover:
         (isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait > 0, "wait"),
         (isinstance(data["spare"], bool), "spare"),
         (_is_int(data["quorum"]) and data["quorum"] >= 1, "quorum"),
+        (
+            isinstance(lost_hosts, list) and all(_is_int(r) and r >= 0 for r in lost_hosts),
+            "lost_hosts",
+        ),
     )
     for ok, field in checks:
         if not ok:
             raise bad(f"{field} {json.dumps(data[field])} is not valid")
-    if not (
-        isinstance(data["lost_hosts"], list)
-        and all(_is_int(r) and r >= 0 for r in data["lost_hosts"])
-    ):
-        raise bad(f"lost_hosts {json.dumps(data['lost_hosts'])} is not valid")
-    return Handover(**{**data, "lost_hosts": tuple(data["lost_hosts"])})
+    return Handover(**{**data, "lost_hosts": tuple(lost_hosts)})
 
 
 def _is_int(value: object) -> bool:
