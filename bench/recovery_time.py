@@ -40,8 +40,8 @@ from tests.cluster.scenarios import Job  # noqa: E402
 from tests.cluster.test_recovery import (  # noqa: E402
     command,
     envs,
-    first_step_after,
     spare_of,
+    trains_anew,
     wait_for_step,
 )
 
@@ -59,8 +59,9 @@ PHASES = (
     ("joined", True, "torchrun_jsc: spare: this node takes a lost node's place"),
     ("torch imported", True, "TRJSC_UP "),
     ("process group", True, "TRJSC_RESUMED "),
-    ("first step", True, "TRJSC_STEP "),
 )
+#: The last phase: the watched node's first step in a new worker group.
+FIRST_STEP = "first step"
 
 
 class Round(NamedTuple):
@@ -80,19 +81,27 @@ def _busy() -> Tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def _phases(job: Job, watched: int, survivor: int, limit: float) -> Dict[str, Optional[float]]:
-    """Seconds from now to each phase's end: the first line after the ones already there."""
+def _phases(
+    job: Job, watched: int, survivor: int, groups: int, limit: float
+) -> Dict[str, Optional[float]]:
+    """Seconds from now to each phase's end: the first of its lines after the ones already
+    there; the first step, once the watched node trains in a worker group newer than its
+    ``groups``-th. AssertionError when that takes longer than ``limit``."""
     before = {
         name: job.output(watched if on_watched else survivor).count(line)
         for name, on_watched, line in PHASES
     }
-    found: Dict[str, Optional[float]] = dict.fromkeys(before)
+    found: Dict[str, Optional[float]] = dict.fromkeys([*before, FIRST_STEP])
     started = time.monotonic()
-    while found["first step"] is None and time.monotonic() - started < limit:
+    while found[FIRST_STEP] is None:
+        assert time.monotonic() - started < limit, f"node{watched} did not train again\n{job}"
         texts = {True: job.output(watched), False: job.output(survivor)}
+        now = time.monotonic() - started
         for name, on_watched, line in PHASES:
             if found[name] is None and texts[on_watched].count(line) > before[name]:
-                found[name] = time.monotonic() - started
+                found[name] = now
+        if trains_anew(texts[True], groups):
+            found[FIRST_STEP] = now
         time.sleep(0.1)
     return found
 
@@ -117,11 +126,10 @@ def one_round(cluster: Cluster, size: int, peer_timeout: float, host: bool = Fal
         groups = job.output(watched).count("TRJSC_RESUMED ")
         busy, total = _busy()
         cluster.freeze_node(frozen)
-        phases = _phases(job, watched, survivor, peer_timeout + 240)
-        took = first_step_after(job, watched, groups, 5.0)
+        phases = _phases(job, watched, survivor, groups, peer_timeout + 240)
         busy_after, total_after = _busy()
         share = (busy_after - busy) / max(total_after - total, 1)
-        return Round(max(took, phases["first step"] or 0.0), phases, share)
+        return Round(phases[FIRST_STEP] or 0.0, phases, share)
     finally:
         if frozen is not None:
             cluster.thaw_node(frozen)
@@ -174,7 +182,7 @@ def table(found: Found) -> str:
 
 def phase_table(found: Found) -> str:
     """The phases' ends (medians, seconds after the fault) and the cores' busy share."""
-    names = [name for name, _, _ in PHASES]
+    names = [*(name for name, _, _ in PHASES), FIRST_STEP]
     lines = [
         "| training nodes | timeout | " + " | ".join(names) + " | cores busy |",
         "|---|---|" + "---|" * (len(names) + 1),

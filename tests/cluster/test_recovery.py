@@ -134,14 +134,18 @@ def steps_into_round(job: Job, node: int, rounds: int, steps: int, limit: float 
     raise AssertionError(f"node{node}: no {steps} steps in round {rounds}\n{said(job)}")
 
 
+def trains_anew(text: str, resumed_before: int) -> bool:
+    """Whether ``text`` has a step of a worker group newer than its ``resumed_before``-th."""
+    parts = text.split("TRJSC_RESUMED ")
+    return len(parts) > resumed_before + 1 and "TRJSC_STEP " in parts[-1]
+
+
 def first_step_after(job: Job, node: int, resumed_before: int, limit: float) -> float:
     """Seconds until node ``node`` printed a step of a worker group newer than its
     ``resumed_before``-th (the new round trains)."""
     started = time.monotonic()
     while time.monotonic() - started < limit:
-        text = job.output(node)
-        parts = text.split("TRJSC_RESUMED ")
-        if len(parts) > resumed_before + 1 and "TRJSC_STEP " in parts[-1]:
+        if trains_anew(job.output(node), resumed_before):
             return time.monotonic() - started
         time.sleep(0.2)
     raise AssertionError(f"node{node} did not train in a new round within {limit:.0f} s\n{job}")
