@@ -164,6 +164,13 @@ def assert_resumed(
     return runs
 
 
+def host_of(text: str) -> int:
+    """The node a task's workload ran on (``host=nodeN``)."""
+    found = re.search(r"host=node(\d+) ", text)
+    assert found, text[-2000:]
+    return int(found.group(1))
+
+
 def saved_step(texts: Sequence[str], context: str) -> int:
     steps = {int(m) for t in texts for m in re.findall(r"^TRJSC_SAVED .* step=(\d+)", t, re.M)}
     assert len(steps) == 1, f"{steps}\n{context}"
@@ -231,9 +238,7 @@ def test_the_warning_then_a_lost_node_requeue_the_job_which_resumes_each_time(
     second = outputs(cluster, name, 1, 4)
     resumed = {int(m) for t in second for m in re.findall(r"^TRJSC_RESUMED .* from=(\d+)", t, re.M)}
     assert resumed == {step}, f"{resumed}\n{said(cluster, name, 2, 4, job)}"
-    found = re.search(r"host=node(\d+) ", second[3])
-    assert found, said(cluster, name, 2, 4, job)
-    node = int(found.group(1))
+    node = host_of(second[3])
     line = (
         f"torchrun_jsc: requeue 2 of 3: job {job} requeued after a failure it could not recover"
         f" from, without node{node}; its next run resumes from the checkpoint"
@@ -359,12 +364,6 @@ def test_a_real_time_limit_requeues_and_completes(five_cluster: Cluster) -> None
     step = saved_step(outputs(cluster, name, 0, 2), context)
     runs = assert_resumed(outputs(cluster, name, 1, 2), 2, context)
     assert {r.resumed_from for r in runs.values()} == {step}, context
-
-
-def host_of(text: str) -> int:
-    found = re.search(r"host=node(\d+) ", text)
-    assert found, text[-2000:]
-    return int(found.group(1))
 
 
 @pytest.mark.skipif(not SLOW, reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
