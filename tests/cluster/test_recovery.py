@@ -29,6 +29,8 @@ pytestmark = pytest.mark.cluster
 
 SLOW = os.environ.get("TRJSC_SLOW_SCENARIOS") == "1"
 RESUME = Path(__file__).resolve().parent / "jobs" / "resume.py"
+#: On a node's PYTHONPATH, with TRJSC_LATE_JOIN=<s>: its agent joins the first round late.
+LATE_JOIN = Path(__file__).resolve().parent / "jobs" / "late_join"
 #: The peer timeout of these scenarios (the smallest accepted).
 PEER_TIMEOUT = 10.0
 STEPS = 80
@@ -152,24 +154,44 @@ def first_step_after(job: Job, node: int, resumed_before: int, limit: float) -> 
 
 
 def spare_of(job: Job, limit: float = 150.0) -> int:
-    """The node that said it waits as a spare (whichever came last to the first round)."""
+    """The node that said it waits as a spare (whichever came last to the first round, never
+    node0, the rendezvous host)."""
     started = time.monotonic()
     while time.monotonic() - started < limit:
         found = [i for i in job.nodes if "torchrun_jsc: spare: the job's" in job.output(i)]
         if found:
             assert len(found) == 1, f"{found}\n{job}"
+            assert found[0] != 0, f"node0, the rendezvous host, waits as the spare\n{job}"
             return found[0]
         time.sleep(0.2)
     raise AssertionError(f"no node said it is a spare within {limit:.0f} s\n{job}")
 
 
+def late_host(env: Dict[str, str], seconds: float) -> Dict[str, str]:
+    """``env`` for node0, the rendezvous host, whose agent joins the first round ``seconds``
+    late (its store up, the other nodes joining first)."""
+    path = os.pathsep.join(p for p in (str(LATE_JOIN), os.environ.get("PYTHONPATH", "")) if p)
+    return {**env, "PYTHONPATH": path, "TRJSC_LATE_JOIN": f"{seconds:g}"}
+
+
 def with_a_spare(
-    cluster: Cluster, jobs: List[Job], name: str, nnodes: str = "4", conf: str = ""
+    cluster: Cluster,
+    jobs: List[Job],
+    name: str,
+    nnodes: str = "4",
+    conf: str = "",
+    host_late: float = 0.0,
 ) -> Tuple[Job, int, List[int]]:
     """A job on all 5 nodes of ``cluster`` for ``--nnodes`` up to 4 and 3 restarts: the job, its
-    spare (whichever came last to the first round) and the nodes of that round."""
-    job = Job(cluster, command(cluster, nnodes, 3, conf), envs(cluster, 5, name))
+    spare (whichever came last to the first round, never the host) and the nodes of that round.
+    ``host_late``: node0, the rendezvous host, joins the first round that many seconds late."""
+    node_envs = envs(cluster, 5, name)
+    if host_late:
+        node_envs[0] = late_host(node_envs[0], host_late)
+    job = Job(cluster, command(cluster, nnodes, 3, conf), node_envs)
     jobs.append(job)
+    if host_late:
+        job.wait_for("TRJSC_LATE_JOIN joining", nodes=[0])
     spare = spare_of(job)
     return job, spare, [i for i in range(5) if i != spare]
 
@@ -177,13 +199,16 @@ def with_a_spare(
 def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
     five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
-    """--nnodes=3:4 on 5 nodes: one waits as a spare. A training node (not the rendezvous
-    host) frozen → every live node says restart 1, the spare takes its place, training
-    resumes from the checkpoint; the frozen node, thawed once the new round trains, ends on its
-    own and disturbs nothing. Then another node SIGKILLed, no spare left → restart 2 on 3
-    nodes, resumed again, completed; every live node exits 0."""
+    """--nnodes=3:4 on 5 nodes: one waits as a spare; node0, the rendezvous host, joins the
+    first round 8 s after the others and is in it all the same (they keep its place). A
+    training node (not the rendezvous host) frozen → every live node says restart 1, the spare
+    takes its place, training resumes from the checkpoint; the frozen node, thawed once the new
+    round trains, ends on its own and disturbs nothing. Then another node SIGKILLed, no spare
+    left → restart 2 on 3 nodes, resumed again, completed; every live node exits 0."""
     cluster = five_cluster
-    job, spare, first = with_a_spare(cluster, job_cleanup, "two", "3:4", "last_call_timeout=5")
+    job, spare, first = with_a_spare(
+        cluster, job_cleanup, "two", "3:4", "last_call_timeout=5", host_late=8.0
+    )
     job.wait_for("TRJSC_TRAINING", nodes=first)
     assert "TRJSC_RESUMED" not in job.output(spare), said(job)
     frozen = max(i for i in first if i != 0)
@@ -344,8 +369,6 @@ def test_the_next_node_hosts_when_the_rendezvous_host_is_lost_twice(
     cluster = five_cluster
     job, spare, first = with_a_spare(cluster, job_cleanup, "failover", "3:4", "last_call_timeout=5")
     job.wait_for("TRJSC_TRAINING", nodes=first)
-    if spare == 0:
-        pytest.fail(f"node0, the rendezvous host, waits as the spare\n{said(job)}")
     wait_for_step(job, first[0], 12)
     cluster.freeze_node(0)
     host1 = next_host(first, 0)
@@ -424,13 +447,14 @@ def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
 def test_a_spare_that_is_not_needed_ends_with_the_job(
     five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
-    """--nnodes=4 on 5 nodes and no fault: the four train to the end, the spare says it was
-    not needed and every node, the spare included, exits 0 (torch closes the rendezvous at the
-    end; on 2.3+ a spare in its redundancy list would otherwise end with an error). (Per
-    release in the matrix.)"""
+    """--nnodes=4 on 5 nodes and no fault but a rendezvous host that joins the first round 8 s
+    after the others: it is in the round all the same, the four train to the end, the spare
+    says it was not needed and every node, the spare included, exits 0 (torch closes the
+    rendezvous at the end; on 2.3+ a spare in its redundancy list would otherwise end with an
+    error). (Per release in the matrix.)"""
     if not SLOW:
         pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
-    job, spare, _ = with_a_spare(five_cluster, job_cleanup, "unneeded")
+    job, spare, _ = with_a_spare(five_cluster, job_cleanup, "unneeded", host_late=8.0)
     took = job.wait_exit(list(range(5)), 240)
     codes = {i: job.procs[i].returncode for i in range(5)}
     assert codes == dict.fromkeys(range(5), 0), f"{codes}\n{said(job)}"

@@ -4,6 +4,7 @@ restart count a session derives from torch's round numbers: on the one fake stor
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any, List
 
@@ -83,10 +84,10 @@ def test_the_watcher_counts_only_spares_that_beat() -> None:
     p.beat("s1")
     p.add_spare("s1")
     p.add_spare("m1")  # a spare that has joined the round since: a member now
-    assert beats._live_spares(["m1", "me"]) == 1
+    assert beats._live_spares(["m1", "me"]) == 1 and beats.waiting == ("s1",)
     tracker = beats.spare_tracker
     tracker._changed["s1"] -= 11.0  # quiet for longer than the peer timeout
-    assert beats._live_spares(["m1", "me"]) == 0
+    assert beats._live_spares(["m1", "me"]) == 0 and beats.waiting == ()
     p.beat("s1")
     assert beats._live_spares(["m1", "me"]) == 1
 
@@ -183,3 +184,28 @@ def test_spares_are_read_once_each_and_a_half_written_slot_next_time() -> None:
     beats._live_spares([])
     assert beats._registered == ["s1", "s2"]
     assert store.calls.count("peek") - peeks == 2  # the second scan reads no slot again
+
+
+def test_the_host_of_a_completed_job_ends_after_its_waiting_spares(monkeypatch: Any) -> None:
+    """A spare that lost the store before it saw the job's end would take the host for lost
+    and hand over to nodes that have ended: the host waits for the waiting spares to go first,
+    the linger at most."""
+    store = FakeStore()
+    host, spare = _session(store, True), _session(store, False)
+    host.beats = SimpleNamespace(waiting=("s1", "s2"))  # type: ignore[assignment]
+    monkeypatch.setattr("torchrun_jsc.runtime.timing.LINGER", 0.6)
+    codes: List[int] = []
+    monkeypatch.setattr("os._exit", codes.append)
+    spare._do_EndSpare(watch.EndSpare(0))
+    spare._do_EndSpare(watch.EndSpare(0))
+    assert codes == [0, 0] and JobProtocol(store).spares_left() == 2
+    started = time.monotonic()
+    host._do_AwaitSpares(watch.AwaitSpares())
+    assert time.monotonic() - started < 0.5  # both had gone: no wait
+    host.beats = SimpleNamespace(waiting=("s1", "s2", "s3"))  # type: ignore[assignment]
+    host._do_AwaitSpares(watch.AwaitSpares())
+    assert time.monotonic() - started >= 0.6  # one never went: the linger, no longer
+    started = time.monotonic()
+    spare.beats = host.beats
+    spare._do_AwaitSpares(watch.AwaitSpares())  # only the node that serves the store waits
+    assert time.monotonic() - started < 0.5

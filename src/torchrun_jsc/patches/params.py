@@ -90,6 +90,13 @@ class Recovery(NamedTuple):
     max_restarts: int
 
 
+class HostInRound(NamedTuple):
+    """``host_in_round``: the others keep a place for the rendezvous host in every round, up
+    to ``wait`` seconds."""
+
+    wait: float
+
+
 class Failover(NamedTuple):
     """``failover``: a lost rendezvous host hands the rendezvous over to the next live node
     (the store host was node rank ``host_rank``, at ``host_addresses``); the next host has
@@ -145,6 +152,7 @@ Params = Union[
     FailureReport,
     StopSignal,
     Recovery,
+    HostInRound,
     Failover,
     Requeue,
     SpareWait,
@@ -167,6 +175,7 @@ REGISTRY: Dict[str, Type[Params]] = {
     "failure_report": FailureReport,
     "stop_signal": StopSignal,
     "recovery": Recovery,
+    "host_in_round": HostInRound,
     "failover": Failover,
     "requeue": Requeue,
     "spare_wait": SpareWait,
@@ -184,6 +193,7 @@ AGENT_SIDE = (
     "failure_report",
     "stop_signal",
     "recovery",
+    "host_in_round",
     "failover",
     "requeue",
     "wait_for_host",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import heartbeats, timing
 from .heartbeats import Tracker
@@ -50,6 +50,8 @@ class Heartbeats:
         self._spares: List[str] = []
         #: Every spare key read from the store so far (only new slots are read again).
         self._registered: List[str] = []
+        #: The spares that beat within the peer timeout outside the round, at the last scan.
+        self.waiting: Tuple[str, ...] = ()
         #: When the members' counters were last read (monotonic; None: never).
         self._scanned: Optional[float] = None
 
@@ -128,10 +130,12 @@ class Heartbeats:
         spares = [s for s in self._registered if s not in members]
         beats = self._follow(self.spare_tracker, spares, self._spares)
         if not spares:
+            self.waiting = ()
             return 0
         values = {k: None if b is None else b.beats for k, b in beats.items()}
         quiet = self.spare_tracker.observe(values, time.monotonic())
-        return len([s for s in spares if s not in quiet])
+        self.waiting = tuple(s for s in spares if s not in quiet)
+        return len(self.waiting)
 
     def quiet(self, me: str) -> Dict[str, float]:
         """Every other member's seconds of quiet (workers not done), as of now; empty unless

@@ -15,11 +15,13 @@ Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
 | ``fail/read`` | how many nodes have read the records |
 | ``fail/settled`` | set once the serving node has added every record it will |
 | ``connected`` | 0; the operation that makes the connection at the first round |
+| ``host`` | the rendezvous host's member key, written before it joins its first round |
 | ``round`` | the latest round: ``{"round": ..., "members": [...]}`` (written by the watcher) |
 | ``first_round`` | torch's number of the job's first round (restarts count from it) |
 | ``restart`` | the job's restart count of the latest round (written by the watcher) |
 | ``spare/n`` | how many spare slots are taken |
 | ``spare/<i>`` | one spare's member key (its heartbeat counter is ``hb/<member>``) |
+| ``spare/left`` | how many spares ended with the job (the host waits for them to go first) |
 | ``ended`` | ``completed`` once a node ends after the whole job completed |
 | ``requeue/verdict`` | whether the job is requeued after the warning signal (below) |
 | ``requeue/ready`` | how many members' workers have ended after the warning signal |
@@ -201,6 +203,14 @@ class JobProtocol:
 
     # ------------------------------------------------------------------ rounds and spares
 
+    def note_host(self, member: str) -> None:
+        """The rendezvous host's member key (the others keep a place for it in each round)."""
+        self.store.set("host", member)
+
+    def host(self) -> Optional[str]:
+        """The rendezvous host's member key, once it said it."""
+        return self.store.peek("host")
+
     def publish_round(self, number: int, members: Sequence[str]) -> None:
         """The round that formed (its torch number and members), for nodes not in it."""
         self.store.set("round", json.dumps({"round": number, "members": list(members)}))
@@ -245,6 +255,14 @@ class JobProtocol:
                 break
             found.append(key)
         return found
+
+    def note_spare_left(self) -> None:
+        """Count this spare among those that ended with the job."""
+        self.store.add("spare/left", 1)
+
+    def spares_left(self) -> int:
+        """How many spares ended with the job."""
+        return self.store.add("spare/left", 0)
 
     def mark_completed(self) -> None:
         """Note that the whole job completed (for the spares)."""

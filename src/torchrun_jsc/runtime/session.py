@@ -41,6 +41,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import threading
+import time
 from typing import Any, List, Optional, Tuple
 
 from . import failures, heartbeats, relaunch, requeuing, timing, watch
@@ -56,7 +57,7 @@ from .session_failover import FailingOver, Failover
 from .spares import SpareLook
 from .watch import Action, Config, Event, State
 
-__all__ = ["LOST_STORE", "SESSION", "Failover", "Node", "Session", "reset"]
+__all__ = ["LOST_STORE", "SESSION", "Failover", "Node", "Session", "member_key", "reset"]
 
 
 class Session(Ending, FailingOver):
@@ -85,6 +86,8 @@ class Session(Ending, FailingOver):
         self.lock = threading.RLock()
         #: Failover, when the patch switched it on.
         self.failover: Optional[Failover] = None
+        #: The rendezvous host's member key, once read (:meth:`host_member`).
+        self.host_key = ""
 
     # ------------------------------------------------------------------ configuration
 
@@ -162,7 +165,10 @@ class Session(Ending, FailingOver):
             return
         with self.lock:
             self.agent = agent
-            self.me = _key(this)
+            self.me = member_key(this)
+        if self.serving:  # before it joins: the others keep a place for it (host_place)
+            me = self.me
+            bounded(lambda: protocol.note_host(me), timing.STORE_WAIT)
         look = SpareLook(
             protocol,
             self.me,
@@ -174,6 +180,20 @@ class Session(Ending, FailingOver):
         )
         self.spare_look = threading.Thread(target=look.run, daemon=True, name="trjsc-spare")
         self.spare_look.start()
+
+    def host_member(self) -> Optional[str]:
+        """The rendezvous host's member key, for a node that keeps a place for it in each
+        round (:mod:`.host_place`): None when this node is the host or does not know whether it
+        is; ``""`` while the host has not said it."""
+        node = self.node
+        if node is None or node.is_host is not False or not self.config.recovery:
+            return None
+        protocol = self._connect()
+        if protocol is None:
+            return None
+        if not self.host_key:
+            self.host_key = bounded(protocol.host, timing.STORE_WAIT) or ""
+        return self.host_key
 
     def rendezvous_failed(self, error: BaseException) -> None:
         """torch's rendezvous raised ``error``: a spare whose job ended (torch closed the
@@ -191,8 +211,10 @@ class Session(Ending, FailingOver):
         closed = kind in ("RendezvousClosedError", "RendezvousGracefulExitError")
         if not closed:  # a store that went away in the middle of a round: the host is lost?
             self.hold_for_handover()
-        protocol = self.protocol
-        if not closed or protocol is None or self.state.phase != watch.Phase.SPARE:
+        protocol, phase = self.protocol, self.state.phase
+        # torch ends an agent in its redundancy list this way: a spare that had not said so yet
+        unsaid = kind == "RendezvousGracefulExitError" and phase == watch.Phase.WAITING
+        if not closed or protocol is None or not (phase == watch.Phase.SPARE or unsaid):
             return
         stopped = bounded(protocol.stopped, timing.STORE_WAIT)
         self.post(watch.SpareReleased(completed=stopped is False))
@@ -220,8 +242,8 @@ class Session(Ending, FailingOver):
             return
         with self.lock:
             before = list(self.members)
-            self.me = _key(this)
-            self.members = sorted(_key(n) for n in holder.state.participants)
+            self.me = member_key(this)
+            self.members = sorted(member_key(n) for n in holder.state.participants)
         self.post(self._joined(before, int(getattr(holder.state, "round", 0) or 0)))
 
     def _joined(self, before: List[str], number: int) -> watch.Joined:
@@ -357,12 +379,27 @@ class Session(Ending, FailingOver):
 
     def _do_EndSpare(self, action: watch.EndSpare) -> None:
         self.print_last_line()
+        protocol = self.protocol
+        if protocol is not None:  # the host may end once its waiting spares have
+            bounded(protocol.note_spare_left, timing.HANG)
         exit_now(action.code)
 
     def _do_MarkCompleted(self, action: watch.MarkCompleted) -> None:
         protocol = self.protocol
         if protocol is not None and not self.state.failed:
             bounded(protocol.mark_completed, timing.STORE_WAIT)
+
+    def _do_AwaitSpares(self, action: watch.AwaitSpares) -> None:
+        protocol, beats = self.protocol, self.beats
+        if protocol is None or beats is None or not self.serving:
+            return
+        waiting = len(beats.waiting)
+        deadline = time.monotonic() + timing.LINGER
+        while waiting and time.monotonic() < deadline:
+            left = bounded(protocol.spares_left, timing.HANG)
+            if left is None or left >= waiting:
+                return
+            time.sleep(0.2)
 
     def _zero_restarts(self) -> None:
         agent = self.agent
@@ -440,7 +477,7 @@ LOST_STORE = "RendezvousConnectionError"
 _LOST = (LOST_STORE, "RendezvousTimeoutError")
 
 
-def _key(node: Any) -> str:
+def member_key(node: Any) -> str:
     """A rendezvous participant as a store key (torch's own identity of the node)."""
     address = getattr(node, "addr", None) or getattr(node, "fqdn", "?")
     return f"{address}_{node.pid}_{node.local_id}"

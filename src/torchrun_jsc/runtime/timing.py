@@ -3,7 +3,8 @@ the watch is one of them, or the peer timeout, or torch's grace."""
 
 from __future__ import annotations
 
-#: How long the node serving the store waits, at a failure, for the others to read the records.
+#: How long the node serving the store waits, at a failure, for the others to read the records,
+#: and at a completed job's end for the waiting spares to end.
 LINGER = 10.0
 #: How long a node waits for the other nodes' records before it prints the first failure, on
 #: top of the time they may take to notice (torch's monitor interval, the heartbeat interval).

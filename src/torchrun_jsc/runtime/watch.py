@@ -49,6 +49,7 @@ from .watch_types import (
     Action,
     Answer,
     Ask,
+    AwaitSpares,
     Config,
     Decision,
     EndSpare,
@@ -89,6 +90,7 @@ __all__ = [
     "Action",
     "Answer",
     "Ask",
+    "AwaitSpares",
     "Config",
     "Decision",
     "EndSpare",
@@ -255,7 +257,7 @@ def _spare_found(config: Config, state: State, event: SpareFound) -> Decision:
 
 
 def _spare_released(state: State, event: SpareReleased) -> Decision:
-    if state.phase != Phase.SPARE or state.exiting:
+    if state.phase not in (Phase.SPARE, Phase.WAITING) or state.exiting:
         return state, ()
     if event.completed:
         line = "torchrun_jsc: spare: the job completed without needing this node"
@@ -427,7 +429,9 @@ def _exiting(config: Config, state: State) -> Decision:
         (LookForStop(),) if good and config.report and config.watching_peers else ()
     )
     done: Tuple[Action, ...] = (
-        (MarkCompleted(),) if good and config.recovery and state.phase != Phase.SPARE else ()
+        (MarkCompleted(), AwaitSpares())
+        if good and config.recovery and state.phase != Phase.SPARE
+        else ()
     )
     return new, (*learn, *done)
 

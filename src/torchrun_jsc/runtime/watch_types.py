@@ -306,6 +306,11 @@ class MarkCompleted(NamedTuple):
     """Note in the store that the whole job completed (the spares end then)."""
 
 
+class AwaitSpares(NamedTuple):
+    """The job completed: where this node serves the store, wait for the waiting spares to
+    end first (a spare that loses the store before it saw the end takes the host for lost)."""
+
+
 Action = Union[
     Say,
     StartWatch,
@@ -325,5 +330,6 @@ Action = Union[
     LookUpNextHost,
     HandOver,
     MarkCompleted,
+    AwaitSpares,
 ]
 Decision = Tuple[State, Tuple[Action, ...]]
