@@ -142,16 +142,6 @@ class Session(Ending, FailingOver):
             self.ledger.protocol = self.protocol
         return self.protocol
 
-    @property
-    def serving(self) -> bool:
-        """Whether this agent serves the store (and so watches everyone's heartbeats)."""
-        node = self.node
-        if node is None:
-            return False
-        if node.is_host is not None:
-            return node.is_host
-        return self.group_rank == 0
-
     # ------------------------------------------------------------------ torch hooks
 
     def before_rendezvous(self, agent: Any, worker_group: Any) -> None:

@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from ..torch_defaults import TERM_GRACE
 from . import failures, heartbeats, requeuing, timing, watch, workers
@@ -36,18 +36,20 @@ class Ending:
     closing: threading.Event
     threads: List[threading.Thread]
     lock: threading.RLock
+    group_rank: Optional[int]
+    #: The session's: decide on an event; look whether this node did not run.
+    post: Callable[[Event], None]
+    _look_at_pause: Callable[[], None]
 
     @property
     def serving(self) -> bool:
-        """Whether this agent serves the store (the session's)."""
-        raise NotImplementedError
-
-    def post(self, event: Event) -> None:
-        """Decide on ``event`` (the session's)."""
-        raise NotImplementedError
-
-    def _look_at_pause(self) -> None:
-        raise NotImplementedError
+        """Whether this agent serves the store (and so watches everyone's heartbeats)."""
+        node = self.node
+        if node is None:
+            return False
+        if node.is_host is not None:
+            return node.is_host
+        return self.group_rank == 0
 
     def _end_workers(self) -> None:
         """Stop this node's workers; if the agent has not ended by itself a little later (a

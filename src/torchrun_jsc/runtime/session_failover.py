@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
 from .. import handover
 from . import heartbeats, relaunch, timing, watch, workers
@@ -41,16 +41,10 @@ class FailingOver:
     failover: Optional[Failover]
     closing: threading.Event
     lock: threading.RLock
-
-    def post(self, event: Event) -> None:
-        """Decide on ``event`` (the session's)."""
-        raise NotImplementedError
-
-    def _thread(self, target: Any, name: str) -> None:
-        raise NotImplementedError
-
-    def _grace(self) -> float:
-        raise NotImplementedError
+    #: The session's: decide on an event; run a target in a thread; the workers' grace.
+    post: Callable[[Event], None]
+    _thread: Callable[[Any, str], None]
+    _grace: Callable[[], float]
 
     def _next_hosts(self, members: List[str]) -> Tuple[handover.Candidate, ...]:
         """Who would host the next round if the host were lost (failover), in order (the
