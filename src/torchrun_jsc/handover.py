@@ -95,9 +95,10 @@ class Handover(NamedTuple):
     quorum: int = 1
     #: This node waited as a spare.
     spare: bool = False
-    #: The node ranks of the rendezvous hosts lost so far, in order: a requeue leaves their
-    #: nodes out (the store that knew of them is gone).
-    lost_hosts: Tuple[int, ...] = ()
+    #: The node ranks of the nodes lost so far (the rendezvous hosts, and the nodes that left
+    #: earlier rounds), in order: a requeue leaves them out (the store that knew of them is
+    #: gone).
+    lost_nodes: Tuple[int, ...] = ()
 
     @property
     def host_name(self) -> str:
@@ -132,7 +133,7 @@ def decode(text: str) -> Handover:
     if not isinstance(data, dict) or set(data) != set(Handover._fields):
         raise bad("not the expected object")
     rank, restart, wait = data["host_node_rank"], data["restart"], data["wait"]
-    lost_hosts = data["lost_hosts"]
+    lost_nodes = data["lost_nodes"]
     checks = (
         (isinstance(data["endpoint"], str) and bool(data["endpoint"]), "endpoint"),
         (rank is None or (_is_int(rank) and rank >= 0), "host_node_rank"),
@@ -142,14 +143,14 @@ def decode(text: str) -> Handover:
         (isinstance(data["spare"], bool), "spare"),
         (_is_int(data["quorum"]) and data["quorum"] >= 1, "quorum"),
         (
-            isinstance(lost_hosts, list) and all(_is_int(r) and r >= 0 for r in lost_hosts),
-            "lost_hosts",
+            isinstance(lost_nodes, list) and all(_is_int(r) and r >= 0 for r in lost_nodes),
+            "lost_nodes",
         ),
     )
     for ok, field in checks:
         if not ok:
             raise bad(f"{field} {json.dumps(data[field])} is not valid")
-    return Handover(**{**data, "lost_hosts": tuple(lost_hosts)})
+    return Handover(**{**data, "lost_nodes": tuple(lost_nodes)})
 
 
 def _is_int(value: object) -> bool:

@@ -285,7 +285,7 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
         signal=settings.requeue_signal,
         node_rank=request.node_rank,
         host=_host_name(step, settings.host_node_rank),
-        lost_before=_lost_hosts(step, request),
+        lost_before=_lost_before(step, request),
     )
     side.patch(params.Requeue(node=node, budget=budget), f"job {budget.job} back into the queue")
     signal = budget.signal
@@ -309,7 +309,7 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
         "requeue after a failure",
         failure,
         "one the job cannot recover from inside its allocation"
-        + ("; rendezvous hosts lost before the handover: their store is gone" if before else ""),
+        + ("; the nodes lost before the handover: their store is gone" if before else ""),
     )
     left = max(budget.most - budget.done, 0)
     side.decide(
@@ -320,9 +320,10 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
     )
 
 
-def _lost_hosts(step: SlurmStep, request: Request) -> Tuple[str, ...]:
-    """The Slurm names of the rendezvous hosts lost before this process (handovers)."""
-    ranks = request.handover.lost_hosts if request.handover else ()
+def _lost_before(step: SlurmStep, request: Request) -> Tuple[str, ...]:
+    """The Slurm names of the nodes lost before this process (the hosts of the handovers and
+    the nodes that left earlier rounds)."""
+    ranks = request.handover.lost_nodes if request.handover else ()
     return tuple(name for name in (_host_name(step, rank) for rank in ranks) if name)
 
 

@@ -366,54 +366,72 @@ def test_a_real_time_limit_requeues_and_completes(five_cluster: Cluster) -> None
     assert {r.resumed_from for r in runs.values()} == {step}, context
 
 
+def on(cluster: Cluster, name: str, ranks: Sequence[int]) -> List[str]:
+    """The outputs of the first run's tasks ``ranks`` of the 3-node job."""
+    texts = outputs(cluster, name, 0, 3)
+    return [texts[r] for r in ranks]
+
+
 @pytest.mark.skipif(not SLOW, reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
-def test_after_a_handover_a_requeue_leaves_the_lost_host_out_too(five_cluster: Cluster) -> None:
-    """3 of 5 nodes, --nnodes=2:3, --max_restarts=1, requeue on. The rendezvous host frozen →
-    the next node hosts (the restart), training goes on with 2 nodes; the old host, thawed,
-    ends without requeueing. Then the last node frozen → no restarts left → the job is
-    requeued without both nodes (the host's loss was known only to the store that went with
-    it); its next run, on the 3 nodes left, resumes and completes without them."""
-    cluster, name = five_cluster, "handed"
-    steps = 160  # long enough to lose a second node after the handover
+@pytest.mark.parametrize("first_lost", [0, 1], ids=["host", "node"])
+def test_a_requeue_leaves_out_the_nodes_the_job_went_on_without(
+    five_cluster: Cluster, first_lost: int
+) -> None:
+    """3 of 5 nodes, --nnodes=2:3, --max_restarts=1, requeue on. A node frozen: node rank 0,
+    the rendezvous host (the next node hosts: a handover), or node rank 1 (the job goes on
+    smaller); either way the restart, training goes on with 2 nodes, and the frozen node,
+    thawed, ends without requeueing. Then the last node frozen → no restarts left → the job is
+    requeued without both nodes (the first loss wrote no failure: the job went on; a host's
+    loss was known only to the store that went with it); its next run, on the 3 nodes left,
+    resumes and completes without them."""
+    cluster, name = five_cluster, f"went-on-{first_lost}"
+    steps = 160  # long enough to lose a second node after the first
     env = {"TRJSC_STEPS": str(steps)}
     job = cluster.sbatch(batch_script(cluster, name, 3, env, max_restarts=1, nnodes="2:3"))
     wait_for(cluster, name, 0, 3, "step=8 ", 150)
     first = outputs(cluster, name, 0, 3)
-    host, last = host_of(first[0]), host_of(first[2])
-    cluster.freeze_node(host)
-    try:
-        handed = "torchrun_jsc: restart 1 of 1: the rendezvous host "
+    lost, last = host_of(first[first_lost]), host_of(first[2])
+    going = [r for r in range(3) if r != first_lost]  # the node ranks that go on
+    if first_lost == 0:
+        restart = "torchrun_jsc: restart 1 of 1: the rendezvous host "
         going_on = "lost; going on with 2 nodes, node rank 1 at "
+    else:
+        restart = f"torchrun_jsc: restart 1 of 1: node{lost} (node rank 1) lost; "
+        going_on = "going on with 2 nodes"
+    cluster.freeze_node(lost)
+    try:
         deadline = time.monotonic() + PEER_TIMEOUT + 90
-        while not all(handed in t and going_on in t for t in outputs(cluster, name, 0, 3)[1:]):
+        while not all(restart in t and going_on in t for t in on(cluster, name, going)):
             assert time.monotonic() < deadline, said(cluster, name, 1, 3, job)
             time.sleep(0.3)
     finally:
-        cluster.thaw_node(host)  # it ends on its own, out of the round
+        cluster.thaw_node(lost)  # it ends on its own, out of the round
     deadline = time.monotonic() + 90  # it trains on, with 2 nodes
     while not all(
         "TRJSC_STEP " in t.split("TRJSC_RESUMED ")[-1] and t.count("TRJSC_RESUMED ") == 2
-        for t in outputs(cluster, name, 0, 3)[1:]
+        for t in on(cluster, name, going)
     ):
         assert time.monotonic() < deadline, said(cluster, name, 1, 3, job)
         time.sleep(0.3)
     line = (
         f"torchrun_jsc: requeue 1 of 3: job {job} requeued after a failure it could not recover"
-        f" from, without node{host}, node{last}; its next run resumes from the checkpoint"
+        f" from, without node{lost}, node{last}; its next run resumes from the checkpoint"
     )
-    spelled = (f"node{host},node{last}", f"node[{host},{last}]")
-    frozen_until_excluded(cluster, name, 0, job, last, line, (1,), spelled)
+    spelled = {f"node{lost},node{last}", f"node[{lost},{last}]"}
+    spelled |= {f"node{last},node{lost}", f"node[{last},{lost}]"}
+    requeuer = going[0]  # the node that serves the store now
+    frozen_until_excluded(cluster, name, 0, job, last, line, (requeuer,), sorted(spelled))
     wait_requeued(cluster, job, 1)
     state = wait_ended(cluster, job, 240)
     context = said(cluster, name, 2, 3, job)
     assert state == "COMPLETED", f"{state}\n{context}"
     before = outputs(cluster, name, 0, 3)
-    assert before[1].count(line) == 1, context
-    assert f"first failure: node{last} (node rank 2)" in before[1], context
-    # the old host, thawed, ended on its own: it did not requeue the job that went on
-    assert "no requeue: this node itself did not run" in before[0], context
-    assert "requeued after" not in before[0], context
+    assert before[requeuer].count(line) == 1, context
+    assert f"first failure: node{last} (node rank 2)" in before[requeuer], context
+    # the node lost first, thawed, ended on its own: it did not requeue the job that went on
+    assert "no requeue: this node itself did not run" in before[first_lost], context
+    assert "requeued after" not in before[first_lost], context
     after = outputs(cluster, name, 1, 3)
-    assert all(f"host=node{n} " not in t for t in after for n in (host, last)), context
+    assert all(f"host=node{n} " not in t for t in after for n in (lost, last)), context
     runs = assert_resumed(after, 3, context, steps)
     assert min(r.resumed_from for r in runs.values()) >= 5, context

@@ -17,6 +17,7 @@ from torchrun_jsc.runtime import relaunch, watch
 from torchrun_jsc.runtime.node import Node
 from torchrun_jsc.runtime.session import Failover, Session
 from torchrun_jsc.runtime.watch import Config, Joined, Phase, SpareFound, State, StoreQuiet, decide
+from torchrun_jsc.runtime.watch_types import Member
 
 from .fakestore import FakeStore
 from .layouts import ib
@@ -81,7 +82,7 @@ HANDED = Handover(
     lost="the rendezvous host node0i:29500",
     wait=150.0,
     spare=True,
-    lost_hosts=(0,),
+    lost_nodes=(0,),
 )
 
 
@@ -102,8 +103,8 @@ def test_the_handover_travels_whole() -> None:
         (handover.encode(HANDED).replace('"restart":2', '"restart":true'), "restart true"),
         (handover.encode(HANDED).replace('"host_node_rank":1', '"host_node_rank":-1'), "-1"),
         (handover.encode(HANDED).replace('"spare":true', '"spare":1'), "spare 1 is not valid"),
-        (handover.encode(HANDED).replace('"lost_hosts":[0]', '"lost_hosts":[-1]'), "[-1]"),
-        (handover.encode(HANDED).replace('"lost_hosts":[0]', '"lost_hosts":0'), "lost_hosts 0"),
+        (handover.encode(HANDED).replace('"lost_nodes":[0]', '"lost_nodes":[-1]'), "[-1]"),
+        (handover.encode(HANDED).replace('"lost_nodes":[0]', '"lost_nodes":0'), "lost_nodes 0"),
     ],
 )
 def test_a_broken_handover_is_refused_in_one_line(value: str, why: str) -> None:
@@ -151,7 +152,7 @@ def test_a_lost_host_hands_over_to_the_next_node_in_node_rank_order() -> None:
         wait=150.0,
         spare=False,
         quorum=3,
-        lost_hosts=(0,),
+        lost_nodes=(0,),
     )
     assert said(actions) == (
         "torchrun_jsc: the rendezvous host node0i:29500 has not answered for 61 s"
@@ -170,7 +171,20 @@ def test_a_second_handover_carries_every_lost_host_on() -> None:
     _, actions = decide(config, TRAINING._replace(next_hosts=nxt), SILENT)
     handed = actions[-1]
     assert isinstance(handed, watch.HandOver)
-    assert handed.handover.lost_hosts == (0, 1) and handed.handover.host_node_rank == 2
+    assert handed.handover.lost_nodes == (0, 1) and handed.handover.host_node_rank == 2
+
+
+def test_a_handover_carries_the_nodes_that_left_earlier_rounds_on() -> None:
+    """node3 left an earlier round (a spare took its place); the host is lost now: the next
+    process must leave node3 out of a requeue too, and once, whatever came before."""
+    departed = (Member("node3", 3), Member("10.0.0.9_7_0"))  # one never said who it is
+    state = TRAINING._replace(next_hosts=NEXT, departed=departed)
+    handed = decide(FAILOVER, state, SILENT)[1][-1]
+    assert isinstance(handed, watch.HandOver) and handed.handover.lost_nodes == (3, 0)
+    config = FAILOVER._replace(host_node_rank=1, previous=HANDED._replace(lost_nodes=(0, 3)))
+    nxt = handover.order(MEMBERS, (ib(0), ib(1)))
+    again = decide(config, state._replace(next_hosts=nxt), SILENT)[1][-1]
+    assert isinstance(again, watch.HandOver) and again.handover.lost_nodes == (0, 3, 1)
 
 
 def test_a_spare_hands_over_too_and_says_so_in_its_next_process() -> None:
@@ -237,7 +251,7 @@ def test_a_spare_that_handed_over_says_it_takes_a_place() -> None:
 def test_a_later_round_of_the_next_process_is_an_ordinary_restart() -> None:
     config = FAILOVER._replace(previous=HANDED._replace(spare=False, restart=1))
     state = TRAINING._replace(restarts=1)
-    event = Joined(restart=2, size=3, left=("node3 (node rank 3)",))
+    event = Joined(restart=2, size=3, left=(Member("node3", 3),))
     _, actions = decide(config, state, event)
     assert said(actions) == (
         "torchrun_jsc: restart 2 of 3: node3 (node rank 3) lost; going on with 3 nodes"

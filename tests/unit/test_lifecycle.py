@@ -263,20 +263,20 @@ def test_without_recovery_there_is_no_failover() -> None:
 
 
 @pytest.mark.parametrize(
-    ("lost_hosts", "host", "before"),
+    ("lost_nodes", "host", "before"),
     [((0,), "node1", ("node0",)), ((0, 1), "node2", ("node0", "node1"))],
 )
-def test_after_a_handover_a_requeue_leaves_the_lost_hosts_out(
-    lost_hosts: Tuple[int, ...], host: str, before: Tuple[str, ...]
+def test_after_a_handover_a_requeue_leaves_the_lost_nodes_out(
+    lost_nodes: Tuple[int, ...], host: str, before: Tuple[str, ...]
 ) -> None:
     """The store that knew of the lost hosts is gone: the plan names their nodes."""
     handed = Handover(
         endpoint="10.78.0.12:29500",
-        host_node_rank=len(lost_hosts),
-        restart=len(lost_hosts),
+        host_node_rank=len(lost_nodes),
+        restart=len(lost_nodes),
         lost="the rendezvous host",
         wait=100.0,
-        lost_hosts=lost_hosts,
+        lost_nodes=lost_nodes,
     )
     env = {**STEP, "TORCHRUN_JSC_REQUEUE": "1", VARIABLE: encode(handed)}
     argv = ["--nnodes=3:4", *MULTI[1:], "--max_restarts=3", *SCRIPT]

@@ -217,6 +217,32 @@ def test_a_stand_in_after_a_handover_excludes_every_lost_host(
     protocol.store.running.set()  # type: ignore[attr-defined]
 
 
+def test_the_nodes_that_left_earlier_rounds_are_excluded_with_those_lost_now(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """node2 was lost earlier and a spare took its place (no record: the job went on); node3
+    is lost now: both stay out of the next run, each once."""
+    requeue, _, slurm, _, protocol = make(serving=True, members=4)
+    protocol.requeue_told(2)
+    lost_now = [Record(kind=LOST, hostname="node3", node_rank=3)]
+    requeue.after_failure(lost_now, ["node2", "node3"])
+    assert ("scontrol", "update", "JobId=12", "ExcNodeList=node2,node3") in slurm.ran
+    assert "could not recover from, without node2, node3; its next" in capsys.readouterr().err
+
+
+def test_a_stand_in_excludes_the_nodes_that_left_earlier_rounds_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(requeuing, "stand_in_delay", lambda budget: 0.0)
+    budget = B._replace(node_rank=1, host="node0")
+    requeue, _, slurm, _, protocol = make(serving=False, budget=budget)
+    protocol.store.running.clear()  # type: ignore[attr-defined]  # the host is frozen
+    requeue.after_failure(HOST_LOST, ["node4"])
+    assert ("scontrol", "update", "JobId=12", "ExcNodeList=node4,node0") in slurm.ran
+    assert "(the rendezvous host lost), without node4, node0;" in capsys.readouterr().err
+    protocol.store.running.set()  # type: ignore[attr-defined]
+
+
 def test_a_refused_step_stops_the_sequence_and_says_why() -> None:
     slurm = Slurm({"update": (1, "Invalid node name specified")})
     requeue, _, _, _, protocol = make(serving=True, slurm=slurm)

@@ -10,13 +10,14 @@ from typing import Any, List, Tuple
 import pytest
 
 from tests.unit.fakestore import FakeStore
-from torchrun_jsc.runtime import timing, workers
+from torchrun_jsc.runtime import requeuing, timing, workers
 from torchrun_jsc.runtime.beating import Heartbeats, Round
 from torchrun_jsc.runtime.heartbeats import Tracker
 from torchrun_jsc.runtime.protocol import JobProtocol
 from torchrun_jsc.runtime.report import FAILED, LOST
 from torchrun_jsc.runtime.session import Session
 from torchrun_jsc.runtime.watch import Phase, State, WorkersEnded
+from torchrun_jsc.runtime.watch_types import Member
 
 from .sessions import err_lines, new_session, rec, with_store
 
@@ -286,3 +287,20 @@ def test_the_end_of_a_thawed_agent_says_it_did_not_run(
     lines = err_lines(capsys)
     assert lines[0].startswith("torchrun_jsc: this node did not run for 94 s"), lines
     assert lines[-1].startswith("torchrun_jsc: first failure: this node, node0 (node rank 0),")
+
+
+def test_the_requeue_after_a_failure_hears_of_the_nodes_that_left_earlier_rounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Their loss wrote no record (the job went on): the session names them to the requeue,
+    by their Slurm names; a member that never said who it is has no Slurm name."""
+    heard: List[Tuple[object, List[str]]] = []
+    monkeypatch.setattr(
+        requeuing, "after_failure", lambda records, departed: heard.append((records, departed))
+    )
+    session = new_session(node_rank=0)
+    left = (Member("node3.cluster", 3), Member("10.0.0.9_7_0"))
+    session.state = State(phase=Phase.STOPPING, failed=True, departed=left)
+    session.print_last_line()
+    # (an earlier test's stopping thread may end meanwhile: only this session's call counts)
+    assert [d for r, d in heard if r is session.last_line.seen] == [["node3"]]

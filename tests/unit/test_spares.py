@@ -15,6 +15,7 @@ from torchrun_jsc.runtime.node import Node
 from torchrun_jsc.runtime.protocol import JobProtocol
 from torchrun_jsc.runtime.session import Session
 from torchrun_jsc.runtime.spares import SpareLook
+from torchrun_jsc.runtime.watch_types import Member
 
 
 def test_rounds_first_round_spares_and_the_end_round_trip() -> None:
@@ -129,7 +130,7 @@ def test_restarts_count_from_the_jobs_first_round_on_every_node() -> None:
     before, host.members = host.members, ["k0", "k4"]
     again = host._joined(before, 6)
     assert again == watch.Joined(
-        restart=1, size=2, left=("node3 (node rank 3)",), came=("node4 (node rank 4)",)
+        restart=1, size=2, left=(Member("node3", 3),), came=(Member("node4", 4),)
     )
     spare_members = ["k0", "k4"]
     spare.members = spare_members

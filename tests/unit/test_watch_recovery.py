@@ -21,6 +21,7 @@ from torchrun_jsc.runtime.watch import (
     State,
     decide,
 )
+from torchrun_jsc.runtime.watch_types import Member
 
 #: --nnodes=4 --max_restarts=3, lost nodes watched, recovery on.
 RECOVER = Config(
@@ -138,8 +139,8 @@ TABLE = [
         "re-formed with a spare",
         RECOVER,
         RESTARTING,
-        Joined(restart=1, size=4, left=("node3 (node rank 3)",), came=("node4 (node rank 4)",)),
-        TRAINING._replace(restarts=1),
+        Joined(restart=1, size=4, left=(Member("node3", 3),), came=(Member("node4", 4),)),
+        TRAINING._replace(restarts=1, departed=(Member("node3", 3),)),
         ["Say", "SetRestarts"],
         "torchrun_jsc: restart 1 of 3: node3 (node rank 3) lost; going on with node4 (node rank"
         " 4) in its place",
@@ -148,19 +149,28 @@ TABLE = [
         "re-formed smaller, by torch before this node's watch asked",
         SMALLER,
         TRAINING,
-        Joined(restart=1, size=3, left=("node3 (node rank 3)",)),
-        TRAINING._replace(restarts=1),
+        Joined(restart=1, size=3, left=(Member("node3", 3),)),
+        TRAINING._replace(restarts=1, departed=(Member("node3", 3),)),
         ["Say", "SetRestarts"],
         "torchrun_jsc: restart 1 of 3: node3 (node rank 3) lost; going on with 3 nodes",
     ),
     (
-        "a restart said already is not said again",
+        "a restart said already is not said again; a departed node is kept once",
         RECOVER,
-        TRAINING._replace(restarts=1),
-        Joined(restart=1, size=4, left=("node3 (node rank 3)",)),
-        TRAINING._replace(restarts=1),
+        TRAINING._replace(restarts=1, departed=(Member("node3", 3),)),
+        Joined(restart=1, size=4, left=(Member("node3", 3),)),
+        TRAINING._replace(restarts=1, departed=(Member("node3", 3),)),
         ["SetRestarts"],
         None,
+    ),
+    (
+        "the nodes that left accumulate over the rounds",
+        RECOVER,
+        TRAINING._replace(restarts=1, departed=(Member("node3", 3),)),
+        Joined(restart=2, size=3, left=(Member("node2", 2),)),
+        TRAINING._replace(restarts=2, departed=(Member("node3", 3), Member("node2", 2))),
+        ["Say", "SetRestarts"],
+        "restart 2 of 3: node2 (node rank 2) lost; going on with 3 nodes",
     ),
     (
         "a round torch re-formed clears a restart not yet answered",

@@ -34,14 +34,16 @@ class Budget(NamedTuple):
     #: the host is lost, the next node ranks requeue in its place, without it.
     node_rank: Optional[int] = None
     host: str = ""
-    #: The Slurm names of the rendezvous hosts' nodes lost before this process (a handover
-    #: moved the store, and their records with it): left out too.
+    #: The Slurm names of the nodes lost before this process (a handover moved the store,
+    #: and what it knew with it): the rendezvous hosts, and the nodes that left earlier
+    #: rounds. Left out too.
     lost_before: Tuple[str, ...] = ()
 
 
-def left_out(budget: Budget, lost: Sequence[str]) -> List[str]:
-    """The nodes a requeue leaves out: the hosts lost before, then ``lost``, each once."""
-    return list(dict.fromkeys([*budget.lost_before, *lost]))
+def left_out(budget: Budget, departed: Sequence[str], lost: Sequence[str]) -> List[str]:
+    """The nodes a requeue leaves out, each once: those lost before this process, those that
+    left this process's rounds (``departed``), then ``lost`` now."""
+    return list(dict.fromkeys([*budget.lost_before, *departed, *lost]))
 
 
 #: When the rendezvous host is lost, these node ranks requeue in its place, one after another

@@ -249,9 +249,10 @@ class Requeuing:
 
     # ------------------------------------------------------------------ after a failure
 
-    def after_failure(self, records: Sequence[Record]) -> None:
+    def after_failure(self, records: Sequence[Record], departed: Sequence[str] = ()) -> None:
         """The job failed and cannot go on here (its first failure is printed): requeue it
-        without the lost nodes (the serving node does), or say why not."""
+        without the lost nodes (the serving node does), or say why not. ``departed``: the
+        Slurm names of the nodes that left this process's earlier rounds."""
         if self.pending.is_set():
             return  # the warning's requeue ends this process
         with self._once:
@@ -260,11 +261,11 @@ class Requeuing:
             self._failure_done.wait(timing.REQUEUE_OUTCOME_WAIT + 2 * timing.STORE_WAIT)
             return
         try:
-            self._after_failure(records)
+            self._after_failure(records, departed)
         finally:
             self._failure_done.set()
 
-    def _after_failure(self, records: Sequence[Record]) -> None:
+    def _after_failure(self, records: Sequence[Record], departed: Sequence[str]) -> None:
         signalled.hold()
         guard = verdict(self.budget, time.monotonic() - self.started)
         if not guard.requeue:
@@ -275,7 +276,7 @@ class Requeuing:
             say(no_line(_NOT_RUN))
             return
         if host_lost(records):
-            self._stand_in()
+            self._stand_in(departed)
             return
         if protocol is not None and not job.serving:
             found = _poll(protocol.requeue_outcome, timing.REQUEUE_OUTCOME_WAIT)
@@ -284,12 +285,13 @@ class Requeuing:
             say(found[1] if found else no_line(_NO_WORD))
             return
         lost = lost_names(records)  # members of this round: they read no word
-        ok, line = self._requeue("a failure it could not recover from", left_out(self.budget, lost))
+        cause = "a failure it could not recover from"
+        ok, line = self._requeue(cause, left_out(self.budget, departed, lost))
         say(line)
         if protocol is not None:
             self._tell(protocol, ok, line, len(job.members) - 1 - len(lost))
 
-    def _stand_in(self) -> None:
+    def _stand_in(self, departed: Sequence[str]) -> None:
         """The rendezvous host, which requeues, is lost: node ranks 1-3 requeue in its place,
         one after another, each first asking Slurm whether one before it did."""
         budget = self.budget
@@ -302,7 +304,7 @@ class Requeuing:
             )
             return
         time.sleep(delay)
-        lost = left_out(budget, [budget.host] if budget.host else [])
+        lost = left_out(budget, departed, [budget.host] if budget.host else [])
         cause = "a failure it could not recover from (the rendezvous host lost)"
         say(self._requeue(cause, lost)[1])
 
@@ -360,7 +362,7 @@ def park() -> None:
         REQUEUE.park()
 
 
-def after_failure(records: Sequence[Record]) -> None:
+def after_failure(records: Sequence[Record], departed: Sequence[str] = ()) -> None:
     """The job failed: requeue it, when the plan switched the requeue on."""
     if REQUEUE is not None:
-        REQUEUE.after_failure(records)
+        REQUEUE.after_failure(records, departed)

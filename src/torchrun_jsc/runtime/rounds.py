@@ -9,8 +9,7 @@ from typing import Iterable, Optional, Sequence, Tuple
 from . import timing
 from .bounded import bounded
 from .protocol import JobProtocol
-from .report import node_name
-from .watch_types import Joined
+from .watch_types import Joined, Member
 
 
 class Rounds:
@@ -45,11 +44,11 @@ class Rounds:
             came=self._names(k for k in members if k not in before),
         )
 
-    def _names(self, members: Iterable[str]) -> Tuple[str, ...]:
-        return tuple(self.name(m) for m in members)
+    def _names(self, members: Iterable[str]) -> Tuple[Member, ...]:
+        return tuple(self.member(m) for m in members)
 
-    def name(self, member: str) -> str:
-        """A member as its node's name (its key when it did not say)."""
+    def member(self, key: str) -> Member:
+        """A member as its node introduced itself (its key when it did not)."""
         protocol = self.protocol
-        who = bounded(lambda: protocol.who(member), timing.HANG)
-        return member if who is None else node_name(who.hostname, who.node_rank)
+        who = bounded(lambda: protocol.who(key), timing.HANG)
+        return Member(key) if who is None else Member(who.hostname or key, who.node_rank)

@@ -18,6 +18,7 @@ from .beating import Heartbeats
 from .bounded import in_flight
 from .ledger import LastLine, Ledger
 from .node import Node
+from .requeue import short_name
 from .watch import Config, Event, State
 
 
@@ -110,7 +111,9 @@ class Ending:
             lambda: self.ledger.read_all(members, serving, settle, quiet, beat),
             settle + timing.VANISHED_BEATS * beat + timing.LINGER + timing.STORE_WAIT,
         )
-        requeuing.after_failure(self.last_line.seen)
+        # a member that did not introduce itself has its key for a name: no Slurm name
+        departed = [short_name(m.hostname) for m in self.state.departed if m.node_rank is not None]
+        requeuing.after_failure(self.last_line.seen, departed)
 
     def _settle(self) -> float:
         """How long to wait for the other nodes' records."""

@@ -197,8 +197,12 @@ def _joined(config: Config, state: State, event: Joined) -> Decision:
         return state, ()
     # a restart asked for but not yet answered is done: torch re-formed the round already
     answer = None if state.answer == Ask.RESTART else state.answer
+    departed = (*state.departed, *(m for m in event.left if m not in state.departed))
     new = state._replace(
-        phase=Phase.TRAINING, answer=answer, restarts=max(state.restarts, event.restart)
+        phase=Phase.TRAINING,
+        answer=answer,
+        restarts=max(state.restarts, event.restart),
+        departed=departed,
     )
     if not config.recovery or event.restart <= state.restarts:
         return new, budget
@@ -229,8 +233,8 @@ def _handed_over(config: Config, event: Joined) -> Tuple[Action, ...]:
 
 def _restart_line(config: Config, event: Joined) -> str:
     """``restart 1 of 3: node3 (node rank 3) lost; going on with node4 in its place``."""
-    left = ", ".join(event.left)
-    came = ", ".join(event.came)
+    left = ", ".join(m.name for m in event.left)
+    came = ", ".join(m.name for m in event.came)
     what = f"{left} lost" if left else f"{came} joined" if came else "the workers restarted"
     if left and came:
         going = f"going on with {came} in {'its' if len(event.left) == 1 else 'their'} place"
@@ -344,8 +348,10 @@ def _no_handover(config: Config, state: State, silent_since: float) -> Optional[
 def _hand_over(config: Config, state: State, line: str, what: str) -> Decision:
     """Every node that lost its host starts again at the first of ``next_hosts``."""
     nxt = state.next_hosts[0]
-    before = config.previous.lost_hosts if config.previous else ()
-    lost = () if config.host_node_rank is None else (config.host_node_rank,)
+    before = config.previous.lost_nodes if config.previous else ()
+    host = () if config.host_node_rank is None else (config.host_node_rank,)
+    left = tuple(m.node_rank for m in state.departed if m.node_rank is not None)
+    lost = tuple(r for r in dict.fromkeys((*left, *host)) if r not in before)
     handed = handover.Handover(
         endpoint=handover.endpoint(nxt.address, config.store_port),
         host_node_rank=nxt.node_rank,
@@ -354,7 +360,7 @@ def _hand_over(config: Config, state: State, line: str, what: str) -> Decision:
         wait=config.failover_wait,
         spare=state.phase == Phase.SPARE,
         quorum=state.round_size // 2 + 1,
-        lost_hosts=before + lost,
+        lost_nodes=before + lost,
     )
     said = (
         f"{line}; handing over: {handed.host_name} hosts the next round (restart"

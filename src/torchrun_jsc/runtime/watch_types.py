@@ -8,7 +8,7 @@ from enum import Enum
 from typing import NamedTuple, Optional, Tuple, Union
 
 from ..handover import Candidate, Handover
-from .report import Record
+from .report import Record, node_name
 
 
 class Phase(Enum):
@@ -30,6 +30,19 @@ class Ask(Enum):
 
     STOP = "stop the workers, no restarts"
     RESTART = "restart the workers (torch re-forms the round)"
+
+
+class Member(NamedTuple):
+    """A node of a round, as it introduced itself (``hostname`` its member key when it did
+    not)."""
+
+    hostname: str
+    node_rank: Optional[int] = None
+
+    @property
+    def name(self) -> str:
+        """``node2 (node rank 2)``."""
+        return node_name(self.hostname, self.node_rank)
 
 
 class Config(NamedTuple):
@@ -87,6 +100,9 @@ class State(NamedTuple):
     #: timeout: when it ended (wall clock) and how long it was (failover).
     paused_until: float = 0.0
     paused_for: float = 0.0
+    #: The nodes that left this node's rounds (lost, and gone on without): a requeue leaves
+    #: them out, and a handover carries their node ranks on.
+    departed: Tuple[Member, ...] = ()
 
 
 # ---------------------------------------------------------------------------- events
@@ -94,13 +110,13 @@ class State(NamedTuple):
 
 class Joined(NamedTuple):
     """A rendezvous round formed with this node in it: its ``size``, the job's restart count
-    (``restart``; 0 for the first round), and the names of the nodes that ``left`` and
-    ``came`` since this node's previous round."""
+    (``restart``; 0 for the first round), and the nodes that ``left`` and ``came`` since this
+    node's previous round."""
 
     restart: int = 0
     size: int = 0
-    left: Tuple[str, ...] = ()
-    came: Tuple[str, ...] = ()
+    left: Tuple[Member, ...] = ()
+    came: Tuple[Member, ...] = ()
     #: Who would host the next round if the host were lost (failover), in order.
     next_hosts: Tuple[Candidate, ...] = ()
 
