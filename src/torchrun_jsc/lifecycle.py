@@ -10,7 +10,7 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 | grace between SIGTERM and SIGKILL | ``term_grace`` | when ``TORCHRUN_JSC_TERM_GRACE`` is set |
 | lost nodes stop the job | ``peer_watch`` | multi-node c10d launches torchrun_jsc fixes |
 | going on without a lost node; spares | ``recovery`` | those, with ``--max_restarts`` > 0 |
-| the rendezvous host a member of every round | ``host_in_round`` | with ``recovery`` |
+| the host's place kept in each round | ``host_in_round`` | those, when the host is known |
 | the next node hosts when the host is lost | ``failover`` | those, unless ``is_host`` is given |
 | requeue after the warning signal or a failure | ``requeue`` | ``TORCHRUN_JSC_REQUEUE=1`` |
 | the job's first failure, last line | ``failure_report`` | every launch |
@@ -206,10 +206,17 @@ def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> bo
         f"up to {restarts} restarts without a lost node",
     )
     wait = request.settings.peer_timeout
-    side.patch(
-        params.HostInRound(wait=wait),
-        f"the rendezvous host is a member of every round (the others wait up to {wait:g} s)",
-    )
+    if node.is_host is None:
+        side.decide(
+            "the rendezvous host's place",
+            "not kept",
+            "which node hosts the store is torch's own guess here: the host may wait as a spare",
+        )
+    else:
+        side.patch(
+            params.HostInRound(wait=wait),
+            f"the others keep the rendezvous host's place in every round (up to {wait:g} s)",
+        )
     smaller = f", or on fewer nodes down to {low}" if low < high else ""
     side.decide(
         "after a lost node",
@@ -222,8 +229,7 @@ def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> bo
     side.decide(
         "spares",
         f"agents beyond {high} nodes{here}",
-        "they wait in the rendezvous, take a lost node's place, and end with the job; the"
-        " rendezvous host is never one",
+        "they wait in the rendezvous, take a lost node's place, and end with the job",
     )
     return True
 

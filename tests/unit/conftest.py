@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from torchrun_jsc.runtime import signalled
+
 #: The families a unit test may not use.
 _INET = (socket.AF_INET, socket.AF_INET6)
 
@@ -70,6 +72,8 @@ def exit_hooks_undone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def no_exit_hooks_left(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A test's exit hooks do not outlive it."""
+    """A test's exit hooks, and the stop signals its sessions noted or held, do not outlive
+    it."""
     with exit_hooks_undone(monkeypatch):
         yield
+    signalled.forget()

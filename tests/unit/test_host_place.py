@@ -37,6 +37,13 @@ TABLE = [
     ("held for the bound: torch's order", "c", "h", ["a", "b"], 3, 10.0, GIVE_UP),
     ("held just short of the bound", "c", "h", ["a", "b"], 3, 9.9, HOLD),
 ]
+#: (what, seconds to torch's deadline, expected) for a node holding the quorum's last place.
+NEAR = [
+    ("far from torch's deadline", 600.0, HOLD),
+    ("just outside the margin", 10.5, HOLD),
+    ("within the margin: it joins before torch times it out", 10.0, GIVE_UP),
+    ("past it", -1.0, GIVE_UP),
+]
 
 
 @pytest.mark.parametrize(
@@ -48,6 +55,11 @@ def test_place(
     me: str, host: Optional[str], members: List[str], min_nodes: int, held: float, expected: Place
 ) -> None:
     assert place(me, host, members, min_nodes, held, 10.0) == expected
+
+
+@pytest.mark.parametrize("left, expected", [r[1:] for r in NEAR], ids=[r[0] for r in NEAR])
+def test_a_held_node_joins_before_torchs_deadline(left: float, expected: Place) -> None:
+    assert place("c", "h", ["a", "b"], 3, 1.0, 10.0, left) == expected
 
 
 def test_the_line_of_a_node_that_gave_up_names_the_bound_and_the_cost() -> None:

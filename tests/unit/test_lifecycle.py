@@ -240,6 +240,18 @@ def test_restarts_switch_recovery_on_with_the_minimum_and_the_budget() -> None:
     assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1") in p.env
 
 
+def test_the_others_keep_the_hosts_place_only_where_they_know_the_host() -> None:
+    assert patches(recovering(3))["host_in_round"] == {"wait": 60.0}
+    assert patches(recovering(3, {"TORCHRUN_JSC_PEER_TIMEOUT": "15"}))["host_in_round"] == {
+        "wait": 15.0
+    }
+    assert "host_in_round" not in patches(recovering(0))
+    argv = ["--nnodes=4", *MULTI[1:], "--max_restarts=3", *SCRIPT]
+    guessed = plan(argv, {"TORCHRUN_JSC_HOST_BY_ADDRESS": "0"}, "2.13.0", node(1))
+    assert "host_in_round" not in patches(guessed) and "recovery" in patches(guessed)
+    assert decision(guessed, "the rendezvous host's place").startswith("not kept (")
+
+
 @pytest.mark.parametrize(
     ("env", "extra", "why"),
     [

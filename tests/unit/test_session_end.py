@@ -10,7 +10,7 @@ from typing import Any, List, Tuple
 import pytest
 
 from tests.unit.fakestore import FakeStore
-from torchrun_jsc.runtime import requeuing, timing, workers
+from torchrun_jsc.runtime import requeuing, signalled, timing, workers
 from torchrun_jsc.runtime.beating import Heartbeats, Round
 from torchrun_jsc.runtime.heartbeats import Tracker
 from torchrun_jsc.runtime.protocol import JobProtocol
@@ -304,3 +304,12 @@ def test_the_requeue_after_a_failure_hears_of_the_nodes_that_left_earlier_rounds
     session.print_last_line()
     # (an earlier test's stopping thread may end meanwhile: only this session's call counts)
     assert [d for r, d in heard if r is session.last_line.seen] == [["node3"]]
+
+
+def test_a_stop_signal_at_the_end_of_the_process_does_not_cut_the_last_line_short() -> None:
+    """Slurm's SIGTERM after another node requeued the job can come while a thawed node prints
+    its last line: from the process's end on, the stop-signal handler no longer raises."""
+    session = new_session(node_rank=1)
+    assert not signalled.held()
+    session.at_exit()
+    assert signalled.held()

@@ -197,15 +197,16 @@ def test_the_host_of_a_completed_job_ends_after_its_waiting_spares(monkeypatch: 
     monkeypatch.setattr("torchrun_jsc.runtime.timing.LINGER", 0.6)
     codes: List[int] = []
     monkeypatch.setattr("os._exit", codes.append)
-    spare._do_EndSpare(watch.EndSpare(0))
-    spare._do_EndSpare(watch.EndSpare(0))
-    assert codes == [0, 0] and JobProtocol(store).spares_left() == 2
+    for me in ("s1", "s2", "x9"):  # x9 had not registered: it ended all the same
+        spare.me = me
+        spare._do_EndSpare(watch.EndSpare(0))
+    assert codes == [0, 0, 0] and JobProtocol(store).spares_left(["s1", "s3"]) == ["s1"]
     started = time.monotonic()
     host._do_AwaitSpares(watch.AwaitSpares())
     assert time.monotonic() - started < 0.5  # both had gone: no wait
-    host.beats = SimpleNamespace(waiting=("s1", "s2", "s3"))  # type: ignore[assignment]
-    host._do_AwaitSpares(watch.AwaitSpares())
-    assert time.monotonic() - started >= 0.6  # one never went: the linger, no longer
+    host.beats = SimpleNamespace(waiting=("s1", "s3"))  # type: ignore[assignment]
+    host._do_AwaitSpares(watch.AwaitSpares())  # x9's end does not stand in for s3's
+    assert time.monotonic() - started >= 0.6  # s3 never went: the linger, no longer
     started = time.monotonic()
     spare.beats = host.beats
     spare._do_AwaitSpares(watch.AwaitSpares())  # only the node that serves the store waits

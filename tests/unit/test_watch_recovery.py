@@ -173,6 +173,15 @@ TABLE = [
         "restart 2 of 3: node2 (node rank 2) lost; going on with 3 nodes",
     ),
     (
+        "a node that comes back to a round is no departed node",
+        SMALLER,
+        TRAINING._replace(restarts=1, departed=(Member("node3", 3), Member("node2", 2))),
+        Joined(restart=2, size=4, came=(Member("node2", 2),)),
+        TRAINING._replace(restarts=2, departed=(Member("node3", 3),)),
+        ["Say", "SetRestarts"],
+        "restart 2 of 3: node2 (node rank 2) joined; going on with 4 nodes",
+    ),
+    (
         "a round torch re-formed clears a restart not yet answered",
         RECOVER,
         TRAINING._replace(answer=Ask.RESTART),

@@ -5,9 +5,9 @@ come; whoever comes once the round is full waits as a spare. A rendezvous host t
 (it creates the store before it joins) would wait outside the round it serves, and nobody
 would watch the nodes or tell the spares of the rounds. Here a node that is not the host turns
 its "add me to the participants" into torch's own "look again in a second" while joining would
-bring the round to its quorum without the host, up to ``wait`` seconds
-(:mod:`torchrun_jsc.runtime.host_place` decides). The host's member key is in the job watch's
-store (:meth:`torchrun_jsc.runtime.session.Session.host_member`).
+bring the round to its quorum without the host, up to ``wait`` seconds and never up to torch's
+own deadline for the join (:mod:`torchrun_jsc.runtime.host_place` decides). The host's member
+key is in the job watch's store (:meth:`torchrun_jsc.runtime.session.Session.host_member`).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ def install(wait: float) -> None:
             ctx.settings.min_nodes,
             now - since,
             wait,
+            deadline - now,
         )
         if decided == host_place.Place.HOLD:
             setattr(self, _SINCE, since)

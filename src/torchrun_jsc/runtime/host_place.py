@@ -8,13 +8,17 @@ joins, so on a busy machine the others may reach the rendezvous first. Here a no
 the host holds back from the place that would bring a round to its quorum (``--nnodes``'
 minimum) while the host is not a member yet: the host then always finds room. The hold ends
 when the host joins, and after ``bound`` seconds in any case (the peer timeout: a host that
-has not joined by then is taken as gone, and torch's own order decides).
+has not joined by then is taken as gone, and torch's own order decides), or sooner when
+torch's own deadline for the join (``join_timeout``) is :data:`DEADLINE_MARGIN` away.
 """
 
 from __future__ import annotations
 
 import enum
 from typing import Collection, Optional
+
+#: A held node joins at the latest this many seconds before torch's deadline for its join.
+DEADLINE_MARGIN = 10.0
 
 
 class Place(enum.Enum):
@@ -35,15 +39,17 @@ def place(
     min_nodes: int,
     held: float,
     bound: float,
+    left: float = float("inf"),
 ) -> Place:
     """Whether node ``me`` joins a round of ``members`` now. ``host``: the host's member key
     (``""``: the host has not said it yet; None: no host to keep a place for, e.g. this node
-    is the host); ``held``: how long this node has held back already."""
+    is the host); ``held``: how long this node has held back already; ``left``: seconds to
+    torch's deadline for this join."""
     if host is None or me == host or host in members:
         return Place.JOIN
     if len(members) + 1 < min_nodes:
         return Place.JOIN
-    if held >= bound:
+    if held >= bound or left <= DEADLINE_MARGIN:
         return Place.GIVE_UP
     return Place.HOLD
 

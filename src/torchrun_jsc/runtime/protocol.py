@@ -21,7 +21,7 @@ Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
 | ``restart`` | the job's restart count of the latest round (written by the watcher) |
 | ``spare/n`` | how many spare slots are taken |
 | ``spare/<i>`` | one spare's member key (its heartbeat counter is ``hb/<member>``) |
-| ``spare/left`` | how many spares ended with the job (the host waits for them to go first) |
+| ``spare/left/<member>`` | set once that spare ended with the job (the host waits for them) |
 | ``ended`` | ``completed`` once a node ends after the whole job completed |
 | ``requeue/verdict`` | whether the job is requeued after the warning signal (below) |
 | ``requeue/ready`` | how many members' workers have ended after the warning signal |
@@ -256,13 +256,13 @@ class JobProtocol:
             found.append(key)
         return found
 
-    def note_spare_left(self) -> None:
-        """Count this spare among those that ended with the job."""
-        self.store.add("spare/left", 1)
+    def note_spare_left(self, member: str) -> None:
+        """Note that spare ``member`` ended with the job."""
+        self.store.set(f"spare/left/{member}", "1")
 
-    def spares_left(self) -> int:
-        """How many spares ended with the job."""
-        return self.store.add("spare/left", 0)
+    def spares_left(self, members: Sequence[str]) -> List[str]:
+        """Those of spares ``members`` that ended with the job."""
+        return [m for m in members if self.store.peek(f"spare/left/{m}") is not None]
 
     def mark_completed(self) -> None:
         """Note that the whole job completed (for the spares)."""

@@ -51,4 +51,6 @@ class Rounds:
         """A member as its node introduced itself (its key when it did not)."""
         protocol = self.protocol
         who = bounded(lambda: protocol.who(key), timing.HANG)
-        return Member(key) if who is None else Member(who.hostname or key, who.node_rank)
+        if who is None or not who.hostname:
+            return Member(key)
+        return Member(who.hostname, who.node_rank)

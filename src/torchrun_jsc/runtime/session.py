@@ -369,9 +369,9 @@ class Session(Ending, FailingOver):
 
     def _do_EndSpare(self, action: watch.EndSpare) -> None:
         self.print_last_line()
-        protocol = self.protocol
-        if protocol is not None:  # the host may end once its waiting spares have
-            bounded(protocol.note_spare_left, timing.HANG)
+        protocol, me = self.protocol, self.me
+        if protocol is not None and me:  # the host may end once its waiting spares have
+            bounded(lambda: protocol.note_spare_left(me), timing.HANG)
         exit_now(action.code)
 
     def _do_MarkCompleted(self, action: watch.MarkCompleted) -> None:
@@ -383,11 +383,11 @@ class Session(Ending, FailingOver):
         protocol, beats = self.protocol, self.beats
         if protocol is None or beats is None or not self.serving:
             return
-        waiting = len(beats.waiting)
+        waiting = list(beats.waiting)  # the spares that were beating at the last scan
         deadline = time.monotonic() + timing.LINGER
         while waiting and time.monotonic() < deadline:
-            left = bounded(protocol.spares_left, timing.HANG)
-            if left is None or left >= waiting:
+            left = bounded(lambda: protocol.spares_left(waiting), timing.HANG)
+            if left is None or len(left) == len(waiting):
                 return
             time.sleep(0.2)
 

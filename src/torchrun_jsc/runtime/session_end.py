@@ -13,7 +13,7 @@ import time
 from typing import Callable, List, Optional
 
 from ..torch_defaults import TERM_GRACE
-from . import failures, heartbeats, requeuing, timing, watch, workers
+from . import failures, heartbeats, requeuing, signalled, timing, watch, workers
 from .beating import Heartbeats
 from .bounded import in_flight
 from .ledger import LastLine, Ledger
@@ -80,7 +80,10 @@ class Ending:
     def at_exit(self) -> None:
         """Print the job's first failure as this agent's last line (once), when it failed; then
         stop the job watch's threads before the interpreter ends (a thread inside a store call
-        while the process tears down torch's objects can abort it)."""
+        while the process tears down torch's objects can abort it). A stop signal from now on
+        no longer raises in the middle of it (the agent is ending; Slurm's SIGTERM after a
+        requeue by another node used to end a thawed node's last line in a traceback)."""
+        signalled.hold()
         try:
             # thawed: torch's main thread may end the agent before either watch thread has
             # looked again

@@ -197,7 +197,10 @@ def _joined(config: Config, state: State, event: Joined) -> Decision:
         return state, ()
     # a restart asked for but not yet answered is done: torch re-formed the round already
     answer = None if state.answer == Ask.RESTART else state.answer
-    departed = (*state.departed, *(m for m in event.left if m not in state.departed))
+    # a node that left a round and came back (it missed one round) is no departed node
+    departed = tuple(
+        m for m in dict.fromkeys((*state.departed, *event.left)) if m not in event.came
+    )
     new = state._replace(
         phase=Phase.TRAINING,
         answer=answer,
