@@ -36,14 +36,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tests.cluster.harness import Cluster, free_prefix  # noqa: E402
-from tests.cluster.scenarios import Job  # noqa: E402
-from tests.cluster.test_recovery import (  # noqa: E402
+from tests.cluster.recovery_jobs import (  # noqa: E402
     command,
     envs,
     spare_of,
     trains_anew,
     wait_for_step,
 )
+from tests.cluster.scenarios import Job  # noqa: E402
 
 from record import record  # noqa: E402
 

@@ -18,8 +18,8 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 import pytest
 
 from tests.cluster.harness import Cluster
+from tests.cluster.recovery_jobs import PEER_TIMEOUT, RESUME, SLOW, Run, last_run
 from tests.cluster.scenarios import torchrun_argv
-from tests.cluster.test_recovery import PEER_TIMEOUT, RESUME, SLOW, Run, last_run
 
 pytestmark = pytest.mark.cluster
 
