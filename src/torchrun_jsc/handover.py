@@ -90,8 +90,9 @@ class Handover(NamedTuple):
     #: How long the next host may take to serve the next round, in seconds; then it is
     #: lost too and the job stops.
     wait: float
-    #: The fewest nodes the next round may have: a majority of the last round, so that a node
-    #: cut off alone (it takes its host for lost) never forms a round of its own.
+    #: The fewest nodes the next round may have: a majority of the job's nodes at the last
+    #: round (its members and spares, :mod:`torchrun_jsc.runtime.quorum`), so that a group cut
+    #: off from the host (it takes the host for lost) never goes on beside it.
     quorum: int = 1
     #: This node waited as a spare.
     spare: bool = False
@@ -157,9 +158,14 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def nodes(count: int) -> str:
+    """``1 node``, ``3 nodes``."""
+    return f"{count} node{'' if count == 1 else 's'}"
+
+
 def restart_line(handover: Handover, max_restarts: int, size: int) -> str:
     """Said on every node when the handed-over round forms."""
     return (
         f"torchrun_jsc: restart {handover.restart} of {max_restarts}: {handover.lost} lost;"
-        f" going on with {size} nodes, {handover.host_name} hosting the rendezvous"
+        f" going on with {nodes(size)}, {handover.host_name} hosting the rendezvous"
     )

@@ -158,6 +158,7 @@ def _node(request: Request, facts: NodeFacts, is_host: Optional[bool], fixing: b
             store_port=endpoint.port_or_default,
             run_id=options.rdzv_id,
             elastic=options.min_nodes < options.max_nodes,
+            max_nodes=options.max_nodes,
         )
     return node
 

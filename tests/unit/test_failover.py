@@ -210,6 +210,13 @@ def test_a_spare_hands_over_too_and_says_so_in_its_next_process() -> None:
             TRAINING._replace(next_hosts=()),
             "cannot go on: no other node of the last round is left to host the rendezvous",
         ),
+        (
+            "the majority of the job's nodes is more than a round may have",
+            FAILOVER._replace(max_nodes=2),
+            TRAINING._replace(round_size=2, round_spares=2),
+            "cannot go on: going on without the rendezvous host needs 3 of the job's 4 nodes"
+            " (a majority), more than a round may have (--nnodes' maximum, 2)",
+        ),
         ("failover off", FAILOVER._replace(failover=False), TRAINING, None),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
@@ -223,6 +230,26 @@ def test_when_it_cannot_hand_over_the_job_stops_as_before(
     line = said(actions)
     assert line.startswith("torchrun_jsc: the rendezvous host node0i:29500 has not answered")
     assert (why in line) if why else ("cannot go on" not in line)
+
+
+@pytest.mark.parametrize(
+    ("size", "spares", "quorum"), [(4, 0, 3), (4, 1, 3), (3, 2, 3), (4, 2, 4), (1, 0, 1)]
+)
+def test_the_next_round_needs_a_majority_of_the_last_rounds_members_and_spares(
+    size: int, spares: int, quorum: int
+) -> None:
+    """Without the host a group goes on only with a strict majority of the job's nodes at the
+    last round (the spares known then included): the host's group may go on with half."""
+    state = TRAINING._replace(round_size=size, round_spares=spares)
+    handed = decide(FAILOVER._replace(max_nodes=4), state, SILENT)[1][-1]
+    assert isinstance(handed, watch.HandOver) and handed.handover.quorum == quorum
+
+
+def test_a_round_says_the_spares_the_job_had_and_the_watch_keeps_them() -> None:
+    state, _ = decide(FAILOVER, State(), Joined(size=4, next_hosts=NEXT, spares=2))
+    assert (state.round_size, state.round_spares) == (4, 2)
+    spare, _ = decide(FAILOVER, State(), SpareFound(size=3, next_hosts=NEXT, spares=1))
+    assert (spare.round_size, spare.round_spares) == (3, 1)
 
 
 def test_a_member_lost_before_the_host_is_no_candidate() -> None:

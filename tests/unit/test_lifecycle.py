@@ -55,6 +55,7 @@ NODE1 = {
     "store_port": 29500,
     "run_id": "9",
     "elastic": False,
+    "max_nodes": 4,
 }
 
 

@@ -31,6 +31,18 @@ def test_rounds_first_round_spares_and_the_end_round_trip() -> None:
     assert p.completed()
 
 
+def test_every_node_reads_the_same_spares_for_a_round() -> None:
+    """The first node to ask fixes a round's spares (those registered and not in it); a spare
+    registered later changes nothing for that round, and a later round counts it."""
+    p = protocol()
+    p.add_spare("s1")
+    p.add_spare("m2")  # a spare that joined this round: a member, not a spare
+    assert p.round_spares(5, ["m1", "m2"]) == ("s1",)
+    p.add_spare("s3")
+    assert p.round_spares(5, ["m1", "m2"]) == ("s1",)
+    assert p.round_spares(6, ["m1", "m2"]) == ("s1", "s3")
+
+
 def test_a_round_record_that_is_not_ours_reads_as_none() -> None:
     p = protocol()
     store: Any = p.store
@@ -107,6 +119,27 @@ def test_a_loss_reports_the_round_size_and_the_live_spares() -> None:
     (event,) = posted
     assert isinstance(event, watch.MembersLost)
     assert event.keys == ("k2",) and event.members == 3 and event.spares == 1
+    # s1 registered after the round formed: it may take a place, but the job had no spare
+    assert (event.known, event.known_live) == (0, 0)
+
+
+def test_a_loss_counts_the_live_spares_of_those_the_job_had_when_the_round_formed() -> None:
+    p = protocol()
+    posted: List[watch.Event] = []
+    current = Round("me", ["k1", "me"], True, True, recovery=True, spares=("s1", "s2"))
+    beats = Heartbeats(p, 10.0, posted.append, lambda: None, lambda: current, threading.Event())
+    for spare in ("s1", "s2", "s3"):
+        p.beat(spare)
+        p.add_spare(spare)
+    beats._scan(current)
+    beats.tracker._changed["k1"] -= 11.0
+    beats.spare_tracker._changed["s2"] -= 11.0  # cut off with k1
+    for spare in ("s1", "s3"):
+        p.beat(spare)
+    beats._scan(current)
+    (event,) = posted
+    assert isinstance(event, watch.MembersLost)
+    assert (event.spares, event.known, event.known_live) == (2, 2, 1)
 
 
 def _session(store: FakeStore, serving: bool) -> Session:
@@ -126,12 +159,14 @@ def test_restarts_count_from_the_jobs_first_round_on_every_node() -> None:
     host.members = ["k0", "k3"]
     first = host._joined([], 5)
     assert first == watch.Joined(restart=0, size=2)
+    JobProtocol(store).add_spare("k4")  # waits for the next round
     assert JobProtocol(store).latest_round() == (5, ("k0", "k3"))
     before, host.members = host.members, ["k0", "k4"]
     again = host._joined(before, 6)
     assert again == watch.Joined(
         restart=1, size=2, left=(Member("node3", 3),), came=(Member("node4", 4),)
     )
+    assert host._round().spares == ()  # k4 is a member now
     spare_members = ["k0", "k4"]
     spare.members = spare_members
     assert spare._joined([], 6).restart == 1  # a spare joining later counts the same

@@ -37,6 +37,9 @@ RECOVER = Config(
 )
 #: --nnodes=3:4.
 SMALLER = RECOVER._replace(min_nodes=3, elastic=True)
+#: --nnodes=1:4 and 2:4.
+ANY_SIZE = RECOVER._replace(min_nodes=1, elastic=True)
+HALF = RECOVER._replace(min_nodes=2, elastic=True)
 
 WAITING = State()
 SPARE = State(phase=Phase.SPARE)
@@ -45,9 +48,31 @@ RESTARTING = State(phase=Phase.RESTARTING, answer=Ask.RESTART)
 FINISHED = State(phase=Phase.FINISHED, succeeded=True)
 
 
-def lost(spares: int, members: int = 4, left: bool = True, keys: int = 1) -> MembersLost:
+def lost(
+    spares: int,
+    members: int = 4,
+    left: bool = True,
+    keys: int = 1,
+    known: Optional[int] = None,
+    known_live: Optional[int] = None,
+) -> MembersLost:
+    """``keys`` of ``members`` lost, ``spares`` waiting; the job had ``known`` spares when the
+    round formed (default: the waiting ones), ``known_live`` of them still beat (default: all
+    the waiting ones)."""
     names = tuple(f"k{3 - n}" for n in range(keys))
-    return MembersLost(names, "node3", 3, 61.0, 1000.0, left, members=members, spares=spares)
+    known = spares if known is None else known
+    return MembersLost(
+        names,
+        "node3",
+        3,
+        61.0,
+        1000.0,
+        left,
+        members=members,
+        spares=spares,
+        known=known,
+        known_live=min(spares, known) if known_live is None else known_live,
+    )
 
 
 def kinds(actions: Tuple[watch.Action, ...]) -> List[str]:
@@ -59,6 +84,7 @@ def line(actions: Tuple[watch.Action, ...]) -> Optional[str]:
 
 
 STOPPED = State(Phase.STOPPING, Ask.STOP, failed=True)
+MINORITY = STOPPED._replace(minority=True)
 #: name, config, state, event, next state, actions, a piece of the line (or None: no line).
 TABLE = [
     (
@@ -100,13 +126,78 @@ TABLE = [
         "(and 1 more); restarting",
     ),
     (
-        "three lost, one spare, --nnodes=3:4",
+        "two lost, no spare, --nnodes=3:4: a group big enough to go on, but too small a job",
+        SMALLER,
+        TRAINING,
+        lost(spares=0, keys=2),
+        STOPPED,
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+        "cannot go on: 2 nodes left, --nnodes needs at least 3, and no spare waits",
+    ),
+    (
+        "three of four lost with the host's group too small (a majority lost, or a partition)",
+        ANY_SIZE,
+        TRAINING,
+        lost(spares=0, keys=3),
+        MINORITY,
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+        "cannot go on: 1 of the job's 4 nodes is left here, and going on needs 3 (a majority;"
+        " 2 with the rendezvous host): the others may be training on without this node;"
+        " stopping the job",
+    ),
+    (
+        "two of four lost: half of the job's nodes, the host among them, go on",
+        HALF,
+        TRAINING,
+        lost(spares=0, keys=2),
+        RESTARTING,
+        ["Say", "Rewatch"],
+        "restarting the workers without it",
+    ),
+    (
+        "three of four lost, one spare known: two of five may not go on",
         SMALLER,
         TRAINING,
         lost(spares=1, keys=3),
+        MINORITY,
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+        "2 of the job's 5 nodes are left here, and going on needs 3 (a majority; 3 with",
+    ),
+    (
+        "two of four lost, two spares known: four of six go on",
+        HALF,
+        TRAINING,
+        lost(spares=2, keys=2),
+        RESTARTING,
+        ["Say", "Rewatch"],
+        "restarting the workers without it",
+    ),
+    (
+        "two of four lost, two spares known but one of them lost too: three of six go on",
+        HALF,
+        TRAINING,
+        lost(spares=1, keys=2, known=2),
+        RESTARTING,
+        ["Say", "Rewatch"],
+        "restarting the workers without it",
+    ),
+    (
+        "two of four lost, both spares known lost too, a new one waits: two of six stop",
+        HALF,
+        TRAINING,
+        lost(spares=1, keys=2, known=2, known_live=0),
+        MINORITY,
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+        "2 of the job's 6 nodes are left here, and going on needs 4",
+    ),
+    (
+        "the majority rule holds only where the job could go on: no restarts left",
+        ANY_SIZE,
+        TRAINING,
+        lost(spares=0, keys=3, left=False),
         STOPPED,
         ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
-        "cannot go on: 1 nodes left, --nnodes needs at least 3, and only 1 spare(s) wait",
+        "cannot go on: no restarts left (--max_restarts=3)",
     ),
     (
         "lost, no restarts left",

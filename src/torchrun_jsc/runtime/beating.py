@@ -22,8 +22,10 @@ class Round(NamedTuple):
     #: Whether this node serves the store (and so watches everyone's heartbeats).
     serving: bool
     restarts_left: bool
-    #: Recovery: the watcher also counts the live spares.
+    #: Recovery: the watcher also counts the live spares, of those the job had when the
+    #: round formed (``spares``; :mod:`.quorum`).
     recovery: bool = False
+    spares: Sequence[str] = ()
 
 
 class Heartbeats:
@@ -109,6 +111,7 @@ class Heartbeats:
         spares = self._live_spares(members) if current.recovery else 0
         if not lost:
             return
+        known = [s for s in self.waiting if s in current.spares]
         quiet = self.tracker.quiet_for(lost[0], now)
         who = self.protocol.who(lost[0])
         self.post(
@@ -121,6 +124,8 @@ class Heartbeats:
                 restarts_left=current.restarts_left,
                 members=len(members),
                 spares=spares,
+                known=len(current.spares),
+                known_live=len(known),
             )
         )
 

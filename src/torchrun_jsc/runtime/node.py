@@ -20,6 +20,8 @@ class Node(NamedTuple):
     store_port: int = 0
     run_id: str = ""
     elastic: bool = False
+    #: ``--nnodes``' maximum (0: not known).
+    max_nodes: int = 0
     grace: Optional[float] = None
 
     def term_grace(self) -> float:

@@ -19,6 +19,7 @@ Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
 | ``round`` | the latest round: ``{"round": ..., "members": [...]}`` (written by the watcher) |
 | ``first_round`` | torch's number of the job's first round (restarts count from it) |
 | ``restart`` | the job's restart count of the latest round (written by the watcher) |
+| ``round/<n>/spares`` | the spares (JSON keys) when torch's round ``n`` formed (first writer) |
 | ``spare/n`` | how many spare slots are taken |
 | ``spare/<i>`` | one spare's member key (its heartbeat counter is ``hb/<member>``) |
 | ``spare/left/<member>`` | set once that spare ended with the job (the host waits for them) |
@@ -237,6 +238,21 @@ class JobProtocol:
         """The job's first round number (``number`` if none was noted before)."""
         text = self.store.first("first_round", str(number))
         return int(text) if text.strip().isdigit() else number
+
+    def round_spares(self, number: int, members: Sequence[str]) -> Tuple[str, ...]:
+        """The spares the job had when round ``number`` (of ``members``) formed: the
+        registered spares not in the round, as the first node to ask found them (every node
+        reads the same ones, :mod:`~torchrun_jsc.runtime.quorum`)."""
+        key = f"round/{number}/spares"
+        text = self.store.peek(key)
+        if text is None:
+            found = [s for s in self.spares() if s not in members]
+            text = self.store.first(key, json.dumps(found))
+        with contextlib.suppress(ValueError):
+            data = json.loads(text)
+            if isinstance(data, list) and all(isinstance(s, str) for s in data):
+                return tuple(data)
+        return ()
 
     def add_spare(self, member: str) -> None:
         """Register ``member`` as a spare (its heartbeat counter must exist already)."""

@@ -21,6 +21,8 @@ class Rounds:
         self.first: Optional[int] = None
         #: The job's restarts before this store's first round (after a handover).
         self.offset = offset
+        #: The spares the job had when the latest round formed (:mod:`.quorum`).
+        self.spares: Tuple[str, ...] = ()
 
     def joined(
         self, before: Sequence[str], members: Sequence[str], number: int, serving: bool
@@ -35,13 +37,16 @@ class Rounds:
         restart = self.offset + max(number - (number if self.first is None else self.first), 0)
         if serving:  # for the spares, which count with the job when they hand over
             bounded(lambda: protocol.note_restart(restart), timing.STORE_WAIT)
+        found = bounded(lambda: protocol.round_spares(number, members), timing.STORE_WAIT)
+        self.spares = found or ()
         if not before or restart == self.offset:
-            return Joined(restart=restart, size=len(members))
+            return Joined(restart=restart, size=len(members), spares=len(self.spares))
         return Joined(
             restart=restart,
             size=len(members),
             left=self._names(k for k in before if k not in members),
             came=self._names(k for k in members if k not in before),
+            spares=len(self.spares),
         )
 
     def _names(self, members: Iterable[str]) -> Tuple[Member, ...]:

@@ -112,6 +112,7 @@ class Session(Ending, FailingOver):
                 endpoint=self.node.endpoint,
                 run_id=self.node.run_id,
                 elastic=self.node.elastic,
+                max_nodes=self.node.max_nodes,
                 peer_timeout=max(config.peer_timeout, peer_timeout),
                 report=config.report or report,
             )
@@ -458,7 +459,15 @@ class Session(Ending, FailingOver):
         with self.lock:
             agent = self.agent
             restarts = agent is not None and agent._remaining_restarts > 0
-            return Round(self.me, list(self.members), self.serving, restarts, self.config.recovery)
+            spares = () if self.rounds is None else self.rounds.spares
+            return Round(
+                self.me,
+                list(self.members),
+                self.serving,
+                restarts,
+                self.config.recovery,
+                spares,
+            )
 
 
 #: torch's error for a rendezvous store that cannot be reached.

@@ -55,11 +55,12 @@ class SpareLook:
         latest = self.protocol.latest_round()
         if latest is not None and self.me not in latest[1] and latest != self._seen:
             self._seen = latest
-            members = list(latest[1])
+            number, members = latest[0], list(latest[1])
             found = SpareFound(
                 size=len(members),
                 next_hosts=self.next_hosts(members),
                 restart=self.protocol.restart(),
+                spares=len(self.protocol.round_spares(number, members)),
             )
             self.post(found)
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from .. import handover
-from . import heartbeats
+from . import heartbeats, quorum
 from .report import FAILED, ITSELF, LOST, Record, describe, node_name
 from .watch_types import (
     Action,
@@ -184,7 +184,9 @@ def _joined(config: Config, state: State, event: Joined) -> Decision:
         budget = (SetRestarts(max(config.max_restarts - event.restart, 0)),)
     going = (Phase.WAITING, Phase.SPARE, Phase.RESTARTING, Phase.TRAINING)
     if config.failover and state.phase in going:
-        state = state._replace(next_hosts=event.next_hosts, round_size=event.size)
+        state = state._replace(
+            next_hosts=event.next_hosts, round_size=event.size, round_spares=event.spares
+        )
         budget = (*budget, *_look_up(event.next_hosts))
     if state.phase == Phase.WAITING:
         start: Tuple[Action, ...] = (StartWatch(),) if config.watching_peers else ()
@@ -242,7 +244,7 @@ def _restart_line(config: Config, event: Joined) -> str:
     if left and came:
         going = f"going on with {came} in {'its' if len(event.left) == 1 else 'their'} place"
     else:
-        going = f"going on with {event.size} nodes"
+        going = f"going on with {handover.nodes(event.size)}"
     return f"torchrun_jsc: restart {event.restart} of {config.max_restarts}: {what}; {going}"
 
 
@@ -251,7 +253,9 @@ def _spare_found(config: Config, state: State, event: SpareFound) -> Decision:
         return state, ()
     known = state._replace(restarts=event.restart)
     if config.failover:
-        known = known._replace(next_hosts=event.next_hosts, round_size=event.size)
+        known = known._replace(
+            next_hosts=event.next_hosts, round_size=event.size, round_spares=event.spares
+        )
     if state.phase == Phase.SPARE:  # the round changed while this node waits
         return known, _look_up(event.next_hosts)
     line = (
@@ -281,7 +285,8 @@ def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
         f"{what} has not been heard from for {event.quiet:.0f} s"
         f" (TORCHRUN_JSC_PEER_TIMEOUT={config.peer_timeout:g}){others}"
     )
-    reason = _cannot_go_on(config, event)
+    outvoted = _outvoted(config, event)
+    reason = outvoted or _cannot_go_on(config, event)
     if (config.recovery or config.elastic) and reason is None and not state.succeeded:
         restart = Say(f"torchrun_jsc: {lost}; restarting the workers without it")
         hosts = tuple(c for c in state.next_hosts if c.key not in event.keys)
@@ -290,12 +295,24 @@ def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
     if config.recovery and reason is not None and not state.succeeded:
         lost = f"{lost}; cannot go on: {reason}"
     record = Record(kind=LOST, hostname=hostname, node_rank=node_rank, time=event.last_seen)
+    if outvoted is not None and not state.succeeded:
+        state = state._replace(minority=True)
     return _end_job(
         state,
         f"torchrun_jsc: {lost}",
         "stopping the job",
         (Publish(record, unread=event.keys), TellStop(record)),
     )
+
+
+def _outvoted(config: Config, event: MembersLost) -> Optional[str]:
+    """Why the rendezvous host's group may not go on without the lost members (None: it may,
+    or the job does not go on anyway): too few of the last round's nodes are left with it
+    (:mod:`.quorum`)."""
+    if not (config.recovery and event.restarts_left):
+        return None
+    left = event.members - len(event.keys) + event.known_live
+    return quorum.refusal(left, event.members + event.known, with_host=True)
 
 
 def _cannot_go_on(config: Config, event: MembersLost) -> Optional[str]:
@@ -345,6 +362,14 @@ def _no_handover(config: Config, state: State, silent_since: float) -> Optional[
         return f"no restarts left (--max_restarts={config.max_restarts})"
     if not state.next_hosts:
         return "no other node of the last round is left to host the rendezvous"
+    total = state.round_size + state.round_spares
+    least = quorum.needed(total, with_host=False)
+    if config.max_nodes and least > config.max_nodes:
+        return (
+            f"going on without the rendezvous host needs {least} of the job's {total} nodes"
+            f" (a majority), more than a round may have (--nnodes' maximum,"
+            f" {config.max_nodes})"
+        )
     return None
 
 
@@ -362,7 +387,7 @@ def _hand_over(config: Config, state: State, line: str, what: str) -> Decision:
         lost=what,
         wait=config.failover_wait,
         spare=state.phase == Phase.SPARE,
-        quorum=state.round_size // 2 + 1,
+        quorum=quorum.needed(state.round_size + state.round_spares, with_host=False),
         lost_nodes=before + lost,
     )
     said = (

@@ -61,6 +61,8 @@ class Config(NamedTuple):
     recovery: bool = False
     #: ``--nnodes``' minimum and ``--max_restarts`` (recovery).
     min_nodes: int = 1
+    #: ``--nnodes``' maximum (0: not known).
+    max_nodes: int = 0
     max_restarts: int = 0
     run_id: str = ""
     #: Failover: a lost rendezvous host hands over to the next live node (recovery).
@@ -94,8 +96,10 @@ class State(NamedTuple):
     out: bool = False
     #: Who would host the next round if the rendezvous host were lost, in order (failover).
     next_hosts: Tuple[Candidate, ...] = ()
-    #: How many nodes the latest round has.
+    #: How many nodes the latest round has, and how many spares the job had then
+    #: (:mod:`.quorum`).
     round_size: int = 0
+    round_spares: int = 0
     #: This node's latest pause of a heartbeat interval or more, shorter than the peer
     #: timeout: when it ended (wall clock) and how long it was (failover).
     paused_until: float = 0.0
@@ -103,6 +107,9 @@ class State(NamedTuple):
     #: The nodes that left this node's rounds (lost, and gone on without): a requeue leaves
     #: them out, and a handover carries their node ranks on.
     departed: Tuple[Member, ...] = ()
+    #: This node stopped because its group held too few of the job's nodes to go on: the
+    #: others may be training on (no requeue on a guess).
+    minority: bool = False
 
 
 # ---------------------------------------------------------------------------- events
@@ -119,6 +126,8 @@ class Joined(NamedTuple):
     came: Tuple[Member, ...] = ()
     #: Who would host the next round if the host were lost (failover), in order.
     next_hosts: Tuple[Candidate, ...] = ()
+    #: The spares the job had when the round formed (recovery; :mod:`.quorum`).
+    spares: int = 0
 
 
 class SpareFound(NamedTuple):
@@ -130,6 +139,8 @@ class SpareFound(NamedTuple):
     next_hosts: Tuple[Candidate, ...] = ()
     #: The job's restart count of that round.
     restart: int = 0
+    #: The spares the job had when that round formed (:mod:`.quorum`).
+    spares: int = 0
 
 
 class SpareReleased(NamedTuple):
@@ -149,9 +160,12 @@ class MembersLost(NamedTuple):
     quiet: float
     last_seen: float
     restarts_left: bool
-    #: The round's size and the live spares waiting (recovery).
+    #: The round's size and the live spares waiting (recovery); the spares the job had when
+    #: the round formed (``known``) and how many of those still beat (:mod:`.quorum`).
     members: int = 0
     spares: int = 0
+    known: int = 0
+    known_live: int = 0
 
 
 class NextHosts(NamedTuple):
