@@ -2,7 +2,9 @@
 
 Exit codes: torchrun's own when it runs; 2 for bad input (one line on stderr, nothing
 launched) and refused launches; 130 when interrupted before the launch; ``TORCHRUN_JSC_EXPLAIN``:
-1 when the plan predicts a failure; ``TORCHRUN_JSC_PREFLIGHT``: 1 when the job-wide check fails.
+1 when the plan predicts a failure; ``TORCHRUN_JSC_PREFLIGHT``: 1 when the job-wide check fails;
+141 when the reader of what it prints (``--help``, ``--version``, explain) goes away early
+(``| head``), as for a command that SIGPIPE ends.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ REPOSITORY = "https://github.com/HelmholtzAI-FZJ/torchrun_jsc"
 HELP_WIDTH = 100
 #: Explain's exit code for each verdict of a plan (torchrun stopping by itself: 2).
 EXPLAIN_EXIT = {"ok": 0, "fail": 1, "refused": 2, "error": 2}
+#: The exit code when standard output's reader has gone (``torchrun_jsc --help | head -n 1``):
+#: what a shell reports for a command ended by SIGPIPE (128 + 13).
+PIPE_CLOSED = 141
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -49,12 +54,11 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
     if plan.error is not None:
         _error(plan.error, style)
     if request.version_requested:
-        print(version_line())
+        _say(version_line())
         sys.exit(0)
     if request.stop is not None and style is None:
         if request.stop.code == 0:
-            print(request.stop.text.rstrip("\n"))
-            print(settings_help())
+            _say(request.stop.text.rstrip("\n") + "\n" + settings_help())
             sys.exit(0)
         sys.stderr.write(request.stop.text)
         sys.exit(request.stop.code)
@@ -134,7 +138,20 @@ def _print(text: str) -> None:
     """Print explain's output; a character the terminal's encoding lacks is written escaped
     (``\\xfc``) instead of ending in ``UnicodeEncodeError``."""
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
-    print(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+    _say(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+
+
+def _say(text: str) -> None:
+    """Print ``text`` on standard output, flushed; when its reader has gone (``| head -n 1``),
+    end quietly with :data:`PIPE_CLOSED` instead of a ``BrokenPipeError`` traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # what is still buffered must not be written at the exit either (a second error)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.exit(PIPE_CLOSED)
 
 
 def version_line() -> str:

@@ -4,8 +4,12 @@ documentation is, ``TORCHRUN_JSC_EXPLAIN=1``. No network, no launch."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
 import sys
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -114,3 +118,45 @@ def test_explain_1_renders_the_text_explain(capsys: pytest.CaptureFixture[str]) 
     assert "verdict: " in out
     with pytest.raises(json.JSONDecodeError):
         json.loads(out)
+
+
+# --------------------------------------------------------------------------- a closed pipe
+
+
+def _launcher(*args: str, stdout: int) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "torchrun_jsc", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version", "t.py"]], ids=["help", "version"])
+def test_a_reader_that_went_away_ends_it_quietly_with_141(args: List[str]) -> None:
+    """``torchrun_jsc --help | head -n 1`` whose ``head`` has already gone: a real pipe whose
+    read end is closed before anything is written, so every write fails."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        out = _launcher(*args, stdout=write)
+    finally:
+        os.close(write)
+    assert out.stderr == b"", out.stderr.decode(errors="replace")
+    assert out.returncode == cli.PIPE_CLOSED == 141
+
+
+def test_help_through_head_prints_its_first_line_and_no_traceback() -> None:
+    script = (
+        f"set -o pipefail; {shlex.quote(sys.executable)} -m torchrun_jsc --help 2>&1 | head -n 1"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_"))}
+    out = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert out.stdout.startswith("usage: "), out.stdout
+    assert out.returncode in (0, cli.PIPE_CLOSED), out
+    assert "Traceback" not in out.stdout + out.stderr
