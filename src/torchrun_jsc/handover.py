@@ -13,9 +13,11 @@ it. What carries over is in :class:`Handover`; everything else is planned anew.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Tuple
 
 from .errors import ConfigError
+from .network import parse_endpoint
 
 #: The variable a node that hands over sets for its own next process (not a user setting).
 VARIABLE = "TORCHRUN_JSC_HANDOVER"
@@ -136,11 +138,17 @@ def decode(text: str) -> Handover:
     rank, restart, wait = data["host_node_rank"], data["restart"], data["wait"]
     lost_nodes = data["lost_nodes"]
     checks = (
-        (isinstance(data["endpoint"], str) and bool(data["endpoint"]), "endpoint"),
+        (isinstance(data["endpoint"], str) and _names_a_node(data["endpoint"]), "endpoint"),
         (rank is None or (_is_int(rank) and rank >= 0), "host_node_rank"),
         (_is_int(restart) and restart >= 1, "restart"),
         (isinstance(data["lost"], str), "lost"),
-        (isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait > 0, "wait"),
+        (
+            isinstance(wait, (int, float))
+            and not isinstance(wait, bool)
+            and math.isfinite(wait)
+            and wait > 0,
+            "wait",
+        ),
         (isinstance(data["spare"], bool), "spare"),
         (_is_int(data["quorum"]) and data["quorum"] >= 1, "quorum"),
         (
@@ -152,6 +160,16 @@ def decode(text: str) -> Handover:
         if not ok:
             raise bad(f"{field} {json.dumps(data[field])} is not valid")
     return Handover(**{**data, "lost_nodes": tuple(lost_nodes)})
+
+
+def _names_a_node(text: str) -> bool:
+    """An endpoint torch reads as one node's address and a port (as ``--rdzv_endpoint`` is
+    checked for a multi-node launch)."""
+    try:
+        endpoint = parse_endpoint(text)
+    except ConfigError:
+        return False
+    return not endpoint.is_wildcard and endpoint.port != 0
 
 
 def _is_int(value: object) -> bool:

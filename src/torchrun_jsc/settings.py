@@ -179,8 +179,9 @@ VARIABLES: Tuple[Variable, ...] = (
         suffix,
         None,
         "'i' on JUWELS, JUWELS Booster, JURECA(-DC), JUSUF; else none",
-        "letters, digits, '.', '-' (at most 63, no '..'), or 'none'",
-        "Appended to the first node's name for the auto-configured endpoint.",
+        "letters, digits, '.', '-' (at most 63, no '..'), or 'none' (any case) for no suffix",
+        "Appended to the first node's name for the auto-configured endpoint; `none` (in any"
+        " case: `None`, `NONE`) appends nothing.",
         short="letters, digits, `.`, `-` (at most 63, no `..`), or `none`",
     ),
     Variable(
@@ -435,11 +436,18 @@ class Settings(NamedTuple):
         unknown = sorted(
             k
             for k in env
-            if k.startswith("TORCHRUN_JSC_") and k not in _BY_NAME and k not in INTERNAL
+            if k.upper().startswith("TORCHRUN_JSC_") and k not in _BY_NAME and k not in INTERNAL
         )
         if unknown:
             known = ", ".join(v.name for v in VARIABLES)
-            raise ConfigError(f"unknown variable {unknown[0]}; known: {known}")
+            name = unknown[0]
+            if name.upper() in _BY_NAME or name.upper() in INTERNAL:
+                # the environment is case-sensitive: torchrun_jsc_explain is not read at all
+                raise ConfigError(
+                    f"unknown variable {name}: names are upper case, so it would change nothing;"
+                    f" accepted: {name.upper()}"
+                )
+            raise ConfigError(f"unknown variable {name}; known: {known}")
         values: Dict[str, Any] = {}
         for var in VARIABLES:
             found = envvars.parsed(env, var.name, var.parse, var.accepted)

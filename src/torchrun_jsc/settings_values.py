@@ -84,8 +84,9 @@ MIN_PEER_TIMEOUT = 10.0
 
 
 def suffix(text: str) -> str:
-    """A host suffix: letters, digits, ``.``, ``-`` (at most 63, no ``..``); ``none``: empty."""
-    if text == "none":
+    """A host suffix: letters, digits, ``.``, ``-`` (at most 63, no ``..``); ``none`` in any case
+    (``None``): empty."""
+    if text.lower() == "none":
         return ""
     ok = all((c.isascii() and c.isalnum()) or c in ".-" for c in text)
     if not ok or len(text) > 63 or ".." in text:

@@ -9,9 +9,10 @@ from typing import Dict, List
 
 import pytest
 
-from torchrun_jsc import explain, facts
+from torchrun_jsc import explain, facts, handover
 from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.plan import Prepared, make_plan
+from torchrun_jsc.settings import Settings
 from torchrun_jsc.torch_cli import CommandLine, TorchCli
 
 from .layouts import ib, ib6, node
@@ -297,3 +298,58 @@ def test_explain_error_prints_a_variable_name_that_is_not_utf8_escaped() -> None
     text.encode("utf-8")
     assert text.startswith("torchrun_jsc explain: error: unknown variable TORCHRUN_JSC_\\xff;")
     assert explain.escaped("\ud800 ü") == "\\ud800 ü", "other lone surrogates; valid text kept"
+
+
+# ------------------------------------------------------------------------ names and small values
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (
+            "torchrun_jsc_explain",
+            "unknown variable torchrun_jsc_explain: names are upper case, so it would change"
+            " nothing; accepted: TORCHRUN_JSC_EXPLAIN",
+        ),
+        ("Torchrun_Jsc_Guards", "accepted: TORCHRUN_JSC_GUARDS"),
+        ("torchrun_jsc_handover", "accepted: TORCHRUN_JSC_HANDOVER"),
+        ("torchrun_jsc_noderank", "unknown variable torchrun_jsc_noderank; known: TORCHRUN_JSC_"),
+    ],
+    ids=["explain", "mixed-case", "internal", "misspelt"],
+)
+def test_a_setting_in_the_wrong_case_is_refused_as_unknown(name: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        request([*ONE_NODE, *SCRIPT], {name: "text"})
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["none", "None", "NONE"])
+def test_host_suffix_none_is_no_suffix_in_any_case(value: str) -> None:
+    assert Settings.from_env({"TORCHRUN_JSC_HOST_SUFFIX": value}).host_suffix == ""
+    assert Settings.from_env({"TORCHRUN_JSC_HOST_SUFFIX": "null"}).host_suffix == "null"
+
+
+_HANDED = handover.Handover(
+    endpoint="10.78.0.11:29500", host_node_rank=1, restart=1, lost="node0", wait=150.0
+)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("endpoint", "10.78.0.11:99999"),
+        ("endpoint", "0.0.0.0:29500"),
+        ("endpoint", "10.78.0.11:0"),
+        ("endpoint", "a b:29500"),
+        ("wait", float("inf")),
+        ("wait", float("nan")),
+    ],
+    ids=["port", "wildcard", "port-0", "host", "wait-infinity", "wait-nan"],
+)
+def test_a_bad_handover_is_blamed_on_its_variable(field: str, value: object) -> None:
+    text = handover.encode(_HANDED._replace(**{field: value}))
+    with pytest.raises(ConfigError) as info:
+        request([*MULTI, *SCRIPT], {handover.VARIABLE: text, "SLURM_NODEID": "1"})
+    message = str(info.value)
+    assert message.startswith(f"TORCHRUN_JSC_HANDOVER: {field} "), message
+    assert "--rdzv_endpoint" not in message and "\n" not in message
