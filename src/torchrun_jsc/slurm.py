@@ -230,6 +230,17 @@ def _hostlist(text: str) -> str:
     return text
 
 
+def _node_count(nodelist: object, tasks_per_node: object) -> Optional[int]:
+    """The node count when no ``*_NUM_NODES`` variable says it: the hosts of the node list,
+    else the nodes of the task layout (None when neither is known)."""
+    if isinstance(nodelist, str):
+        count = sum(_item_size(item) for item in _parse_hostlist(nodelist))
+        return count or None
+    if isinstance(tasks_per_node, tuple) and tasks_per_node:
+        return len(tasks_per_node)
+    return None
+
+
 def _count_accepts(minimum: int) -> str:
     return "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
 
@@ -268,6 +279,8 @@ class SlurmStep(NamedTuple):
 
     ``nodelist`` is the step's (else the job's) hostlist expression, already checked; expand it
     with :func:`expand_hostlist`. A field whose variable is bad is None and has a problem.
+    ``num_nodes`` without a ``*_NUM_NODES`` variable is counted from the node list (else the
+    task layout).
     """
 
     job_id: Optional[str] = None
@@ -300,6 +313,10 @@ class SlurmStep(NamedTuple):
                 values[field] = envvars.parsed(env, name, spec.parse, spec.accepted)
             except ConfigError as exc:
                 problems.append((field, str(exc)))
+        if not any(envvars.value(env, n) is not None for n in _FIELDS["num_nodes"].names):
+            counted = _node_count(values.get("nodelist"), values.get("tasks_per_node"))
+            if counted is not None:
+                values["num_nodes"] = counted
         return cls(
             job_id=job_id,
             step_id=envvars.value(env, "SLURM_STEP_ID"),

@@ -353,3 +353,17 @@ def test_a_bad_handover_is_blamed_on_its_variable(field: str, value: object) -> 
     message = str(info.value)
     assert message.startswith(f"TORCHRUN_JSC_HANDOVER: {field} "), message
     assert "--rdzv_endpoint" not in message and "\n" not in message
+
+
+# ------------------------------------------------------------------ a Slurm step without its count
+
+
+def test_a_step_without_a_node_count_is_counted_from_its_node_list() -> None:
+    env = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "node[0-3]"}
+    p = plan([*ONE_NODE, *SCRIPT], env)
+    assert any(w.startswith("this Slurm step spans 4 nodes") for w in p.warnings), p.warnings
+    assert "--nnodes=4 --rdzv_backend=c10d" in " ".join(p.warnings)
+    assert not any("None" in w for w in p.warnings), p.warnings
+    outside = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[0-3]"}
+    refused = plan(["--nnodes=4", *C10D, "--rdzv_endpoint=node0i:29500", *SCRIPT], outside)
+    assert refused.refusal is not None and "in a 4-node allocation" in refused.refusal

@@ -297,3 +297,20 @@ def test_tasks_on_this_node(
 ) -> None:
     step = SlurmStep(job_id="1", node_id=node_id, tasks_per_node=tasks)
     assert step.tasks_on_this_node == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "count"),
+    [
+        pytest.param({"SLURM_STEP_NODELIST": "n[1-3],m1"}, 4, id="step-list"),
+        pytest.param({"SLURM_JOB_NODELIST": "n[01-02]"}, 2, id="job-list"),
+        pytest.param({"SLURM_STEP_TASKS_PER_NODE": "1(x5)"}, 5, id="task-layout"),
+        pytest.param({"SLURM_STEP_NODELIST": "n[3-1]"}, None, id="bad-list-counts-nothing"),
+        pytest.param({}, None, id="nothing-known"),
+    ],
+)
+def test_without_a_node_count_variable_the_node_list_is_counted(
+    env: dict[str, str], count: Optional[int]
+) -> None:
+    step = SlurmStep.from_env({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", **env})
+    assert step is not None and step.num_nodes == count
