@@ -290,6 +290,7 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
         min_run=settings.requeue_min_run,
         grace=settings.requeue_grace,
         signal=settings.requeue_signal,
+        stop_code=settings.requeue_stop_code,
         node_rank=request.node_rank,
         host=_host_name(step, settings.host_node_rank),
         lost_before=_lost_before(step, request),
@@ -322,8 +323,15 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
     side.decide(
         "requeues left",
         f"{left} of {budget.most}",
-        f"SLURM_RESTART_COUNT={budget.done}; none after a run shorter than"
+        f"SLURM_RESTART_COUNT={budget.done}; by cause: a lost node or the warning whatever the"
+        f" run's length, a failure of the script itself not after a run shorter than"
         f" {budget.min_run:g} s (TORCHRUN_JSC_REQUEUE_MIN_RUN)",
+    )
+    code = budget.stop_code
+    side.decide(
+        "no requeue after",
+        "no exit code" if code is None else f"a worker's exit code {code}",
+        "TORCHRUN_JSC_REQUEUE_STOP_CODE: the script ends the chain of requeues",
     )
 
 

@@ -429,6 +429,7 @@ class Settings(NamedTuple):
     requeue_min_run: float
     requeue_grace: float
     requeue_signal: str
+    requeue_stop_code: Optional[int]
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -11,6 +11,7 @@ from .settings_values import (
     SWITCH,
     Variable,
     count,
+    exit_code_or_none,
     one_signal,
     seconds,
     switch,
@@ -18,6 +19,8 @@ from .settings_values import (
 
 #: The most requeues a job may be given.
 MAX_REQUEUES = 1000
+#: The exit code with which a training script asks not to be requeued.
+STOP_CODE = 99
 
 #: The requeue's rows of the settings table.
 REQUEUE_VARIABLES: Tuple[Variable, ...] = (
@@ -56,10 +59,26 @@ REQUEUE_VARIABLES: Tuple[Variable, ...] = (
         "600",
         f"seconds in 0..{MAX_SECONDS:g}",
         (
-            "A run that ended sooner than this after its agents started is not requeued (a"
-            " job that fails at once would be requeued again and again)."
+            "After a failure of the training script itself (a worker's exit code, every node"
+            " alive), a run that ended sooner than this after its agents started is not"
+            " requeued (a script that fails at once would be requeued again and again). A lost"
+            " node and Slurm's warning requeue whatever the run's length."
         ),
         short="seconds 0..86400",
+    ),
+    Variable(
+        "TORCHRUN_JSC_REQUEUE_STOP_CODE",
+        "requeue_stop_code",
+        exit_code_or_none,
+        STOP_CODE,
+        str(STOP_CODE),
+        "an exit code in 1..255, or none",
+        (
+            "A worker that exits with this code ends the chain of requeues: the job is not"
+            " requeued after it (a script that knows it cannot make progress says so)."
+            " `none`: every failure may requeue."
+        ),
+        short="exit code 1..255, `none`",
     ),
     Variable(
         "TORCHRUN_JSC_REQUEUE_GRACE",

@@ -7,7 +7,7 @@ Each parser takes the variable's text and returns its value or raises :class:`Va
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 #: Largest node rank accepted anywhere (far above any machine's node count).
 MAX_NODE_RANK = 1_000_000
@@ -140,6 +140,15 @@ def count(most: int) -> Callable[[str], int]:
         return int(text)
 
     return parse
+
+
+def exit_code_or_none(text: str) -> Optional[int]:
+    """An exit code in 1..255, or ``none`` (None)."""
+    if text.lower() == "none":
+        return None
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= 255:
+        raise ValueError(text)
+    return int(text)
 
 
 def one_signal(text: str) -> str:

@@ -447,6 +447,7 @@ def test_the_requeue_gets_the_job_its_count_and_its_settings() -> None:
         "node_rank": 1,
         "host": "node0",  # node rank 0 of the step's node list
         "lost_before": (),
+        "stop_code": 99,
     }
     assert patches(p)["requeue"] == {"node": {**NODE1}, "budget": budget}
     assert decision(p, "requeue after SIGUSR2").startswith(
@@ -455,8 +456,13 @@ def test_the_requeue_gets_the_job_its_count_and_its_settings() -> None:
     )
     assert decision(p, "requeue after a failure").startswith("requeued, the lost nodes excluded")
     assert decision(p, "requeues left") == (
-        "3 of 5 (SLURM_RESTART_COUNT=2; none after a run shorter than 60 s"
+        "3 of 5 (SLURM_RESTART_COUNT=2; by cause: a lost node or the warning whatever the"
+        " run's length, a failure of the script itself not after a run shorter than 60 s"
         " (TORCHRUN_JSC_REQUEUE_MIN_RUN))"
+    )
+    assert decision(p, "no requeue after") == (
+        "a worker's exit code 99 (TORCHRUN_JSC_REQUEUE_STOP_CODE: the script ends the chain of"
+        " requeues)"
     )
     names = [s.name for s in p.patches]
     assert names.index("forward_signals") < names.index("requeue")  # it chains to that handler

@@ -9,14 +9,19 @@ import pytest
 
 from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
 from torchrun_jsc.runtime.requeue import (
+    LOST_NODE,
+    SCRIPT,
+    WARNING,
     Budget,
     JobFacts,
+    cause_of,
     commands,
     done_line,
     excluded,
     job_facts,
     lost_names,
     no_line,
+    nodes_gone,
     refusal,
     verdict,
 )
@@ -33,7 +38,7 @@ B = Budget(job="12", done=0, most=3, min_run=600.0, grace=120.0, signal="SIGUSR1
         (3, 3, 9000.0, 600.0, False, "3 of 3 requeues done (TORCHRUN_JSC_REQUEUE_MAX=3)"),
         (5, 3, 9000.0, 600.0, False, "5 of 3 requeues done"),  # lowered between runs
         (0, 0, 9000.0, 600.0, False, "0 of 0 requeues done (TORCHRUN_JSC_REQUEUE_MAX=0)"),
-        (0, 3, 42.4, 600.0, False, "this run trained for 42 s, less than"),
+        (0, 3, 42.4, 600.0, False, "the training script failed after 42 s, less than"),
         (0, 3, 0.0, 0.0, True, ""),
         (3, 3, 1.0, 600.0, False, "3 of 3 requeues done"),  # the count is said first
     ],
@@ -44,8 +49,87 @@ def test_the_loop_guard(
     found = verdict(B._replace(done=done, most=most, min_run=min_run), ran)
     assert found.requeue is requeue
     assert found.why_not.startswith(why) if why else found.why_not == ""
-    if "trained" in why:
+    if "failed after" in why:
         assert "TORCHRUN_JSC_REQUEUE_MIN_RUN=600 s" in found.why_not
+
+
+WORKER_3 = Record(kind=FAILED, hostname="node2", node_rank=2, time=5.0, exitcode=3)
+WORKER_99 = WORKER_3._replace(exitcode=99)
+LOST_3 = Record(kind=LOST, hostname="node3", node_rank=3, time=4.0)
+STOPPED_1 = Record(kind=STOPPED, hostname="node1", node_rank=1, time=6.0)
+
+
+@pytest.mark.parametrize(
+    "records, cause",
+    [
+        ([WORKER_3, STOPPED_1], SCRIPT),
+        ([LOST_3, WORKER_3, STOPPED_1], LOST_NODE),  # the loss came first: the rest followed
+        ([WORKER_3._replace(time=3.0), LOST_3], SCRIPT),
+        ([Record(kind=LOST, hostname="n2", what="the rendezvous host n0i:1")], LOST_NODE),
+        ([STOPPED_1], SCRIPT),
+        ([], SCRIPT),
+    ],
+)
+def test_a_failure_is_judged_by_its_first_cause(records: List[Record], cause: str) -> None:
+    assert cause_of(records) == cause
+
+
+@pytest.mark.parametrize(
+    "cause, ran, records, done, requeue, why",
+    [
+        # Slurm's warning: whatever the run's length, but not in the run's first minute
+        (WARNING, 31.0 * 60, (), 0, True, ""),
+        (WARNING, 61.0, (), 0, True, ""),
+        (WARNING, 59.0, (), 0, False, "Slurm's warning (SIGUSR1) came 59 s into the run:"),
+        (WARNING, 3600.0, (), 3, False, "3 of 3 requeues done"),
+        # a lost node: whatever the run's length
+        (LOST_NODE, 31.0, (LOST_3,), 0, True, ""),
+        (LOST_NODE, 1.0, (LOST_3,), 0, True, ""),
+        (LOST_NODE, 9000.0, (LOST_3,), 3, False, "3 of 3 requeues done"),
+        # the script itself: after the minimum run, never with the stop code
+        (SCRIPT, 601.0, (WORKER_3,), 0, True, ""),
+        (SCRIPT, 31.0, (WORKER_3,), 0, False, "the training script failed after 31 s"),
+        (SCRIPT, 9000.0, (WORKER_99,), 0, False, "the training script exited with code 99"),
+        (SCRIPT, 9000.0, (WORKER_99, STOPPED_1), 0, False, "(TORCHRUN_JSC_REQUEUE_STOP_CODE)"),
+    ],
+)
+def test_the_requeue_judges_by_cause(
+    cause: str, ran: float, records: Sequence[Record], done: int, requeue: bool, why: str
+) -> None:
+    found = verdict(B._replace(done=done), ran, cause, records)
+    assert found.requeue is requeue
+    assert (why in found.why_not) if why else found.why_not == ""
+
+
+def test_the_stop_code_is_the_setting_and_none_switches_it_off() -> None:
+    assert not verdict(B._replace(stop_code=3), 9000.0, SCRIPT, (WORKER_3,)).requeue
+    assert verdict(B._replace(stop_code=None), 9000.0, SCRIPT, (WORKER_99,)).requeue
+
+
+SHOW_NODES = (
+    "NodeName=node1 Arch=x86_64 CoresPerSocket=1 State=IDLE ThreadsPerCore=1\n"
+    "NodeName=node2 Arch=x86_64 CoresPerSocket=1 State=DOWN* ThreadsPerCore=1\n"
+    "NodeName=node3 Arch=x86_64 CoresPerSocket=1 State=ALLOCATED* ThreadsPerCore=1\n"
+    "NodeName=node4 Arch=x86_64 CoresPerSocket=1 State=MIXED+NOT_RESPONDING Reason=x\n"
+    "NodeName=node5 Arch=x86_64 CoresPerSocket=1 State=ALLOCATED ThreadsPerCore=1\n"
+)
+
+
+@pytest.mark.parametrize(
+    "names, gone",
+    [
+        (["node2"], True),
+        (["node2", "node3", "node4.cluster"], True),
+        (["node2", "node5"], False),  # node5 answers Slurm: it may be training on
+        (["node1"], False),
+        (["node9"], False),  # not in the answer: nothing confirmed
+        ([], False),
+    ],
+)
+def test_a_minority_requeues_only_when_slurm_says_the_lost_nodes_are_gone(
+    names: List[str], gone: bool
+) -> None:
+    assert nodes_gone(SHOW_NODES, names) is gone
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,8 @@ class FakeJob:
 
 
 class Slurm:
-    """A fake ``scontrol``: every command run, and an answer per verb."""
+    """A fake ``scontrol``: every command run, and an answer per verb (``show`` of a job,
+    ``node`` for ``show node``)."""
 
     def __init__(self, answers: Optional[Dict[str, Tuple[int, str]]] = None) -> None:
         self.ran: List[Tuple[str, ...]] = []
@@ -55,6 +56,8 @@ class Slurm:
     def __call__(self, command: Sequence[str]) -> Tuple[int, str]:
         self.ran.append(tuple(command))
         verb = command[2] if command[1] == "-o" else command[1]
+        if verb == "show" and command[3] == "node":
+            verb = "node"
         return self.answers.get(verb, (0, ""))
 
 
@@ -79,8 +82,10 @@ def make(
 ) -> Tuple[requeuing.Requeuing, FakeJob, Slurm, Ends, JobProtocol]:
     protocol = JobProtocol(FakeStore())
     job, slurm, ends = FakeJob(serving, members, protocol), slurm or Slurm(), Ends()
+    requeue = requeuing.Requeuing(budget, job, grace=0.0, run=slurm, end=ends)
+    requeue.started -= 61.0  # past the first minute, in which Slurm's warning is refused
     return (
-        requeuing.Requeuing(budget, job, grace=0.0, run=slurm, end=ends),
+        requeue,
         job,
         slurm,
         ends,
@@ -254,6 +259,43 @@ def test_a_refused_step_stops_the_sequence_and_says_why() -> None:
     assert "Slurm refused it (scontrol update JobId=12 ExcNodeList=node3: Invalid node" in found[1]
 
 
+def test_a_lost_node_requeues_whatever_the_runs_length(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The minimum run guards against a script that fails at once, not against a lost node."""
+    requeue, _, slurm, _, _ = make(serving=True, members=4, budget=B._replace(min_run=600.0))
+    requeue.after_failure([Record(kind=LOST, hostname="node3", node_rank=3, time=1.0)])
+    assert ("scontrol", "release", "12") in slurm.ran
+    assert "requeued after a failure it could not recover from, without node3" in (
+        capsys.readouterr().err
+    )
+
+
+NODES_DOWN = "NodeName=node2 State=DOWN*\nNodeName=node3 State=IDLE*\n"
+NODES_UP = "NodeName=node2 State=DOWN*\nNodeName=node3 State=ALLOCATED\n"
+
+
+@pytest.mark.parametrize(("nodes", "requeued"), [(NODES_UP, False), (NODES_DOWN, True)])
+def test_a_group_too_small_to_go_on_requeues_only_when_slurm_says_the_others_are_gone(
+    capsys: pytest.CaptureFixture[str], nodes: str, requeued: bool
+) -> None:
+    slurm = Slurm({"node": (0, nodes)})
+    requeue, _, slurm, _, _ = make(serving=True, members=3, slurm=slurm)
+    lost = [Record(kind=LOST, hostname=f"node{i}", node_rank=i, time=1.0) for i in (2, 3)]
+    requeue.after_failure(lost, minority=True)
+    assert slurm.ran[0] == ("scontrol", "-o", "show", "node", "node2,node3")
+    said = capsys.readouterr().err
+    if requeued:
+        assert ("scontrol", "update", "JobId=12", "ExcNodeList=node2,node3") in slurm.ran
+        assert "without node2, node3" in said
+    else:
+        assert slurm.ran == [("scontrol", "-o", "show", "node", "node2,node3")]
+        assert said.strip() == (
+            "torchrun_jsc: no requeue: this node's group was too small to go on, and Slurm does"
+            " not say that the lost nodes are down: they may be training on without it"
+        )
+
+
 def test_another_node_after_a_failure_prints_the_outcome_or_says_it_heard_none(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,7 +332,8 @@ def test_the_guard_after_a_failure_is_said_on_every_node(
         requeue, _, slurm, _, _ = make(serving, budget=B._replace(min_run=3600.0))
         requeue.after_failure([])
         assert slurm.ran == []
-        assert "no requeue: this run trained for 0 s, less than" in capsys.readouterr().err
+        said = capsys.readouterr().err
+        assert "no requeue: the training script failed after 61 s, less than" in said
 
 
 HOST_LOST = [Record(kind=LOST, hostname="node2", node_rank=2, what="the rendezvous host n0i:1")]

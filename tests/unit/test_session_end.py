@@ -296,7 +296,9 @@ def test_the_requeue_after_a_failure_hears_of_the_nodes_that_left_earlier_rounds
     by their Slurm names; a member that never said who it is has no Slurm name."""
     heard: List[Tuple[object, List[str]]] = []
     monkeypatch.setattr(
-        requeuing, "after_failure", lambda records, departed: heard.append((records, departed))
+        requeuing,
+        "after_failure",
+        lambda records, departed, minority: heard.append((records, departed)),
     )
     session = new_session(node_rank=0)
     left = (Member("node3.cluster", 3), Member("10.0.0.9_7_0"))

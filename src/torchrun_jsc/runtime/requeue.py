@@ -1,11 +1,18 @@
 """Requeue decisions (pure): whether the job goes back into Slurm's queue, which nodes its next
 run must not use, the ``scontrol`` commands that do it, and the one line every node prints.
 
-Two causes requeue a job (``TORCHRUN_JSC_REQUEUE=1``): Slurm's warning signal before the time
-limit (``--signal=USR1@300``), and a failure the job cannot recover from inside its allocation.
-The loop guard holds for both: at most ``TORCHRUN_JSC_REQUEUE_MAX`` requeues of one job
-(Slurm's ``SLURM_RESTART_COUNT`` counts them), and none after a run that trained for less than
-``TORCHRUN_JSC_REQUEUE_MIN_RUN`` seconds (a job that fails at once would requeue forever).
+The requeue (``TORCHRUN_JSC_REQUEUE=1``) judges by cause, within ``TORCHRUN_JSC_REQUEUE_MAX``
+requeues of one job (Slurm's ``SLURM_RESTART_COUNT`` counts them):
+
+* Slurm's warning signal before the time limit (``--signal=USR1@300``): requeued whatever the
+  run's length, but not in the run's first :data:`EARLY_WARNING` seconds (``--signal``'s offset
+  is then longer than the job's time limit, and every run would end so).
+* a node lost (declared lost by the job watch, or vanished) that the next run leaves out:
+  requeued whatever the run's length; not by a group too small to go on (the others may be
+  training on) unless Slurm says the lost nodes are down.
+* a failure of the training script itself (a worker's exit code, every node alive): requeued
+  after a run of ``TORCHRUN_JSC_REQUEUE_MIN_RUN`` seconds or more (a script that fails at once
+  would requeue forever), never after the exit code ``TORCHRUN_JSC_REQUEUE_STOP_CODE``.
 
 Without nodes to exclude the job is requeued in one step (``scontrol requeue``). With them it is
 requeued held, its excluded nodes are updated, and it is released: the exclusion is in place
@@ -17,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from .report import ITSELF, LOST, Record
+from .report import FAILED, ITSELF, LOST, Record, first_failure
 
 
 class Budget(NamedTuple):
@@ -30,6 +37,8 @@ class Budget(NamedTuple):
     min_run: float = 600.0
     grace: float = 120.0
     signal: str = "SIGUSR1"
+    #: A worker's exit code that ends the chain of requeues (None: none does).
+    stop_code: Optional[int] = 99
     #: This node's rank, and the Slurm name of the rendezvous host's node ("" unknown): when
     #: the host is lost, the next node ranks requeue in its place, without it.
     node_rank: Optional[int] = None
@@ -80,21 +89,79 @@ class Verdict(NamedTuple):
     why_not: str = ""
 
 
-def verdict(budget: Budget, ran: float) -> Verdict:
-    """The loop guard for a run that trained for ``ran`` seconds."""
+#: The causes of a requeue.
+WARNING = "warning"
+LOST_NODE = "lost node"
+SCRIPT = "script"
+#: Slurm's warning this early in a run (seconds) is refused: the offset is too long.
+EARLY_WARNING = 60.0
+
+
+def cause_of(records: Sequence[Record]) -> str:
+    """The cause a failure is judged by: :data:`LOST_NODE` when the job's first failure is a
+    lost node (or host), else :data:`SCRIPT`."""
+    root = first_failure(records)
+    return LOST_NODE if root is not None and root.kind == LOST else SCRIPT
+
+
+def verdict(
+    budget: Budget, ran: float, cause: str = SCRIPT, records: Sequence[Record] = ()
+) -> Verdict:
+    """Whether a run that trained for ``ran`` seconds is requeued after ``cause`` (for a
+    failure, ``records`` hold its first failure)."""
     if budget.done >= budget.most:
         return Verdict(
             False,
             f"{budget.done} of {budget.most} requeues done (TORCHRUN_JSC_REQUEUE_MAX="
             f"{budget.most})",
         )
+    if cause == WARNING:
+        if ran < EARLY_WARNING:
+            return Verdict(
+                False,
+                f"Slurm's warning ({budget.signal}) came {ran:.0f} s into the run: --signal's"
+                " offset is longer than the job's time limit (give --signal=USR1@N an N well"
+                " below --time)",
+            )
+        return Verdict(True)
+    if cause == LOST_NODE:
+        return Verdict(True)
+    root = first_failure(records)
+    code = None if root is None or root.kind != FAILED else root.exitcode
+    if code is not None and code == budget.stop_code:
+        return Verdict(
+            False,
+            f"the training script exited with code {code} (TORCHRUN_JSC_REQUEUE_STOP_CODE):"
+            " it asks not to be requeued",
+        )
     if ran < budget.min_run:
         return Verdict(
             False,
-            f"this run trained for {ran:.0f} s, less than TORCHRUN_JSC_REQUEUE_MIN_RUN="
-            f"{budget.min_run:g} s (a job that fails at once would be requeued again and again)",
+            f"the training script failed after {ran:.0f} s, less than"
+            f" TORCHRUN_JSC_REQUEUE_MIN_RUN={budget.min_run:g} s (a script that fails at"
+            " once would be requeued again and again)",
         )
     return Verdict(True)
+
+
+#: Slurm node states (``scontrol show node``'s ``State``) that say a node is gone.
+_GONE = ("DOWN", "FAIL", "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN")
+
+
+def nodes_gone(output: str, names: Sequence[str]) -> bool:
+    """Whether ``scontrol -o show node`` (``output``) says every one of ``names`` is down or
+    not responding (a state with ``*`` is not responding)."""
+    states = dict(re.findall(r"(?:^|\s)NodeName=(\S+).*?\sState=(\S+)", output, re.M))
+    if not names:
+        return False
+    for name in names:
+        state = states.get(short_name(name))
+        if state is None:
+            return False
+        words = state.upper().split("+")
+        if not (state.endswith("*") or any(w.rstrip("*") in _GONE for w in words)):
+            return False
+    return True
 
 
 def short_name(hostname: str) -> str:

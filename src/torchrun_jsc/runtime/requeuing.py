@@ -40,7 +40,9 @@ from .protocol import JobProtocol
 from .report import Record
 from .requeue import (
     STAND_INS,
+    WARNING,
     Budget,
+    cause_of,
     commands,
     done_line,
     excluded,
@@ -50,6 +52,7 @@ from .requeue import (
     lost_itself,
     lost_names,
     no_line,
+    nodes_gone,
     refusal,
     requeued_already,
     signal_cause,
@@ -101,6 +104,10 @@ def scontrol(command: Sequence[str]) -> Tuple[int, str]:
 _NOT_RUN = (
     "this node itself did not run for the peer timeout (frozen or suspended): the other nodes"
     " requeue the job or went on without it"
+)
+_MINORITY = (
+    "this node's group was too small to go on, and Slurm does not say that the lost nodes are"
+    " down: they may be training on without it"
 )
 _NO_WORD = (
     "the rendezvous host, which requeues the job, did not say in time that it did (was it lost?)"
@@ -172,7 +179,7 @@ class Requeuing:
 
     def _agree(self) -> Tuple[bool, str]:
         """The guard, then the serving node's word on whether Slurm can requeue the job."""
-        guard = verdict(self.budget, time.monotonic() - self.started)
+        guard = verdict(self.budget, time.monotonic() - self.started, WARNING)
         if not guard.requeue:
             return False, guard.why_not
         protocol = self.job.protocol
@@ -249,10 +256,13 @@ class Requeuing:
 
     # ------------------------------------------------------------------ after a failure
 
-    def after_failure(self, records: Sequence[Record], departed: Sequence[str] = ()) -> None:
+    def after_failure(
+        self, records: Sequence[Record], departed: Sequence[str] = (), minority: bool = False
+    ) -> None:
         """The job failed and cannot go on here (its first failure is printed): requeue it
         without the lost nodes (the serving node does), or say why not. ``departed``: the
-        Slurm names of the nodes that left this process's earlier rounds."""
+        Slurm names of the nodes that left this process's earlier rounds; ``minority``: this
+        node's group was too small to go on (the others may be training on)."""
         if self.pending.is_set():
             return  # the warning's requeue ends this process
         with self._once:
@@ -261,19 +271,25 @@ class Requeuing:
             self._failure_done.wait(timing.REQUEUE_OUTCOME_WAIT + 2 * timing.STORE_WAIT)
             return
         try:
-            self._after_failure(records, departed)
+            self._after_failure(records, departed, minority)
         finally:
             self._failure_done.set()
 
-    def _after_failure(self, records: Sequence[Record], departed: Sequence[str]) -> None:
+    def _after_failure(
+        self, records: Sequence[Record], departed: Sequence[str], minority: bool
+    ) -> None:
         signalled.hold()
-        guard = verdict(self.budget, time.monotonic() - self.started)
+        ran = time.monotonic() - self.started
+        guard = verdict(self.budget, ran, cause_of(records), records)
         if not guard.requeue:
             say(no_line(guard.why_not))
             return
         protocol, job = self.job.protocol, self.job
         if lost_itself(records):  # a thawed host must not requeue a job that went on
             say(no_line(_NOT_RUN))
+            return
+        if minority and not self._gone(lost_names(records)):
+            say(no_line(_MINORITY))
             return
         if host_lost(records):
             self._stand_in(departed)
@@ -309,6 +325,13 @@ class Requeuing:
         say(self._requeue(cause, lost)[1])
 
     # ------------------------------------------------------------------ Slurm
+
+    def _gone(self, names: Sequence[str]) -> bool:
+        """Whether Slurm says every one of the nodes ``names`` is down or not responding."""
+        if not names:
+            return False
+        code, output = self.run(("scontrol", "-o", "show", "node", ",".join(names)))
+        return code == 0 and nodes_gone(output, names)
 
     def _requeue(self, cause: str, lost: Sequence[str]) -> Tuple[bool, str]:
         """Requeue the job (excluding ``lost``): whether Slurm did, and the line. Not when
@@ -362,7 +385,9 @@ def park() -> None:
         REQUEUE.park()
 
 
-def after_failure(records: Sequence[Record], departed: Sequence[str] = ()) -> None:
+def after_failure(
+    records: Sequence[Record], departed: Sequence[str] = (), minority: bool = False
+) -> None:
     """The job failed: requeue it, when the plan switched the requeue on."""
     if REQUEUE is not None:
-        REQUEUE.after_failure(records, departed)
+        REQUEUE.after_failure(records, departed, minority)

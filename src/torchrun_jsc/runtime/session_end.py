@@ -116,7 +116,7 @@ class Ending:
         )
         # a member that did not introduce itself has its key for a name: no Slurm name
         departed = [short_name(m.hostname) for m in self.state.departed if m.node_rank is not None]
-        requeuing.after_failure(self.last_line.seen, departed)
+        requeuing.after_failure(self.last_line.seen, departed, self.state.minority)
 
     def _settle(self) -> float:
         """How long to wait for the other nodes' records."""
