@@ -11,8 +11,10 @@ from importlib import metadata
 
 
 def text() -> str:
-    """The README as the installed package's metadata holds it (its body after the headers)."""
-    raw = metadata.distribution("torchrun_jsc").read_text("METADATA") or ""
+    """The README as the installed package's metadata holds it (its body after the headers):
+    ``METADATA`` of a wheel's install, ``PKG-INFO`` of an ``egg-info`` folder."""
+    dist = metadata.distribution("torchrun_jsc")
+    raw = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     _, _, body = raw.replace("\r\n", "\n").partition("\n\n")
     return body
 

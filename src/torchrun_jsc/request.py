@@ -9,6 +9,7 @@ raises :class:`~torchrun_jsc.errors.ConfigError` with one line; input a launch d
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import autoconfig, envvars, handover
@@ -349,13 +350,38 @@ def read_rdzv_conf(text: str) -> Dict[str, str]:
                 "accepted: KEY=VALUE pairs separated by commas, no empty key or value"
             )
         conf[key] = value
-    for key in RDZV_SECONDS:
-        if key in conf and not (conf[key].isascii() and conf[key].isdigit()):
-            raise ConfigError(
-                f"--rdzv_conf {key}={envvars.shown(conf[key])} is not valid; accepted: whole"
-                " seconds >= 0"
-            )
+    for key in RDZV_TIMEOUT_KEYS:
+        if key in conf:
+            rdzv_seconds(key, conf[key])
     return conf
+
+
+#: The rendezvous timeouts torch reads with ``int()`` and refuses below 1 s (``ValueError: The
+#: join timeout (0:00:00) must be positive``), after the agents started.
+RDZV_TIMEOUT_KEYS = (*RDZV_SECONDS, "heartbeat_timeout")
+#: The longest such timeout torch can make a ``timedelta`` of (beyond it: ``OverflowError``).
+MAX_RDZV_SECONDS = timedelta.max.days * 86_400 + timedelta.max.seconds
+RDZV_SECONDS_ACCEPTS = (
+    f"whole seconds in 1..{MAX_RDZV_SECONDS} as torch reads them with int() (+5 and 1_0 too)"
+)
+
+
+def rdzv_seconds(key: str, text: str) -> int:
+    """A rendezvous timeout as torch reads it (``int(text)``), refused where torch would stop
+    on it; raises :class:`ConfigError`."""
+    try:
+        seconds = int(text)
+    except ValueError:
+        reason = ""
+    else:
+        if 1 <= seconds <= MAX_RDZV_SECONDS:
+            return seconds
+        reason = "torch stops on a timeout below 1 s" if seconds < 1 else "too long for torch"
+    why = f": {reason}" if reason else ""
+    raise ConfigError(
+        f"--rdzv_conf {key}={envvars.shown(text)} is not valid{why}; accepted:"
+        f" {RDZV_SECONDS_ACCEPTS}"
+    )
 
 
 def format_rdzv_conf(conf: Mapping[str, str]) -> str:

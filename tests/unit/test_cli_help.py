@@ -66,6 +66,22 @@ def test_the_installed_readme_is_the_package_description() -> None:
     assert "<!-- settings:begin" in text
 
 
+def test_the_readme_is_read_from_an_egg_info_folder_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pip install .`` from a clone can leave ``src/torchrun_jsc.egg-info`` (``PKG-INFO``, no
+    ``METADATA``) first on the path."""
+    from torchrun_jsc import readme
+
+    info = tmp_path / "torchrun_jsc.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text(
+        "Metadata-Version: 2.1\nName: torchrun_jsc\nVersion: 9.9\n\n# torchrun_jsc\n\nbody\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert readme.text() == "# torchrun_jsc\n\nbody\n"
+
+
 def test_the_readme_module_prints_it(capsys: pytest.CaptureFixture[str]) -> None:
     from torchrun_jsc import readme
 

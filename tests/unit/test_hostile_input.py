@@ -367,3 +367,52 @@ def test_a_step_without_a_node_count_is_counted_from_its_node_list() -> None:
     outside = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[0-3]"}
     refused = plan(["--nnodes=4", *C10D, "--rdzv_endpoint=node0i:29500", *SCRIPT], outside)
     assert refused.refusal is not None and "in a 4-node allocation" in refused.refusal
+
+
+# ------------------------------------------------------------------- rendezvous timeouts as torch
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["join_timeout", "read_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout"],
+)
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("0", ": torch stops on a timeout below 1 s"),
+        ("-5", ": torch stops on a timeout below 1 s"),
+        ("-0", ": torch stops on a timeout below 1 s"),
+        ("9" * 20, ": too long for torch"),
+        ("5s", ""),
+        ("1.5", ""),
+    ],
+    ids=["zero", "negative", "minus-zero", "huge", "unit", "fraction"],
+)
+def test_a_rendezvous_timeout_torch_stops_on_is_refused(key: str, value: str, why: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        request([*MULTI, f"--rdzv_conf={key}={value}", *SCRIPT])
+    assert str(info.value) == (
+        f"--rdzv_conf {key}={value!r} is not valid{why}; accepted: whole seconds in"
+        " 1..86399999999999 as torch reads them with int() (+5 and 1_0 too)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("+5", 5), ("1_0", 10), ("007", 7), ("\u0665", 5), ("1", 1)]
+)
+def test_a_rendezvous_timeout_torch_takes_is_taken_with_its_meaning(
+    value: str, seconds: int
+) -> None:
+    from datetime import timedelta
+
+    from torch.distributed.elastic.rendezvous.api import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousTimeout
+
+    conf = f"join_timeout={value},read_timeout={value}"
+    req = request([*MULTI, f"--rdzv_conf={conf}", *SCRIPT])
+    assert req.conf_seconds("join_timeout") == req.conf_seconds("read_timeout") == seconds
+    params = RendezvousParameters("c10d", "node0i:29500", "r", 2, 2, **req.conf)
+    assert params.get_as_int("join_timeout") == seconds, "torch's reading, the same"
+    assert RendezvousTimeout(join=timedelta(seconds=seconds)).join.total_seconds() == seconds
+    p = plan([*MULTI, f"--rdzv_conf={conf}", *SCRIPT], {"SLURM_NODEID": "1"}, facts=node(1))
+    assert p.verdict == "ok", p.problems
