@@ -28,7 +28,7 @@ from .facts import NodeFacts
 from .handover import Handover
 from .patches import params
 from .patches.params import AGENT_SIDE
-from .request import Request
+from .request import Request, handled_signals
 from .runtime.node import Node
 from .runtime.requeue import Budget
 from .slurm import SlurmStep, expand_hostlist
@@ -130,9 +130,7 @@ _ONCE = (
 def _signals(request: Request, side: Collector) -> Tuple[str, ...]:
     settings, options = request.settings, request.options
     assert options is not None
-    torch_handles = {
-        name.strip().upper() for name in (options.signals_to_handle or "").split(",") if name
-    }
+    torch_handles = set(handled_signals(options.signals_to_handle))  # compared as torch does
     forward = tuple(s for s in settings.forward_signals if s not in torch_handles)
     for name in settings.forward_signals:
         if name in torch_handles:

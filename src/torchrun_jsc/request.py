@@ -9,6 +9,7 @@ raises :class:`~torchrun_jsc.errors.ConfigError` with one line; input a launch d
 
 from __future__ import annotations
 
+import signal
 from datetime import timedelta
 from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -155,6 +156,7 @@ def read_request(
     if handed is not None and handed.quorum > options.min_nodes:
         low = min(handed.quorum, options.max_nodes)
         options = options._replace(min_nodes=low, nnodes=f"{low}:{options.max_nodes}")
+    _check_signals_to_handle(options, settings)
     untouched = _untouched(options)
     conf: Dict[str, str] = {}
     endpoint: Optional[Endpoint] = None
@@ -278,6 +280,56 @@ def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
         master_addr=str(values.get("master_addr") or "127.0.0.1"),
         from_env=parsed.from_env,
     )
+
+
+#: Signals no process can handle: ``signal.signal`` refuses them with ``OSError``, which stops
+#: torch's agent as it starts the workers.
+UNCATCHABLE = ("SIGKILL", "SIGSTOP")
+#: What ``--signals-to-handle`` (torch 2.10+) accepts.
+SIGNALS_ACCEPTS = (
+    "comma-separated signal names as Python's signal module spells them (upper case, with SIG:"
+    " SIGTERM,SIGUSR1), not SIGKILL or SIGSTOP"
+)
+
+
+def handled_signals(text: Optional[str]) -> Tuple[str, ...]:
+    """``--signals-to-handle`` as torch reads it: split at commas, each name stripped and looked
+    up in the ``signal`` module as it is (``sigusr1`` is no signal to torch)."""
+    return tuple(item.strip() for item in (text or "").split(",") if item.strip())
+
+
+def _check_signals_to_handle(options: LaunchOptions, settings: Settings) -> None:
+    """Names torch cannot register (it logs a warning and leaves the signal unhandled) or that
+    no process can handle (torch's agent stops with ``OSError``), and the requeue's warning
+    signal taken over by torch (it would stop the workers on it and nobody would requeue)."""
+    text = options.signals_to_handle
+    if text is None or not text.strip():
+        return
+    source = options.source("signals_to_handle")
+    for item in text.split(","):
+        name = item.strip()
+        if name in UNCATCHABLE:
+            reason = f"{name} cannot be handled (torch's agent would stop with OSError)"
+        elif name not in signal.Signals.__members__:
+            meant = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
+            hint = f" (names are as Python spells them: {meant})" if meant in _CATCHABLE else ""
+            what = "an empty name" if not name else envvars.shown(name)
+            reason = f"torch cannot register {what}, so that signal would not be handled{hint}"
+        else:
+            continue
+        raise envvars.invalid(source, text, SIGNALS_ACCEPTS, reason)
+    wanted = settings.requeue_signal
+    if settings.requeue and wanted in handled_signals(text):
+        raise ConfigError(
+            f"TORCHRUN_JSC_REQUEUE=1 with {source}={envvars.shown(text)}: torch would handle"
+            f" {wanted} itself and stop the workers on it, so the job would never be requeued;"
+            f" accepted: a {source} without {wanted} (torch's default is"
+            " SIGTERM,SIGINT,SIGHUP,SIGQUIT), or TORCHRUN_JSC_REQUEUE_SIGNAL naming the other"
+            " warning signal"
+        )
+
+
+_CATCHABLE = frozenset(signal.Signals.__members__) - frozenset(UNCATCHABLE)
 
 
 def local_world_size(text: str) -> Optional[int]:

@@ -273,7 +273,8 @@ VARIABLES: Tuple[Variable, ...] = (
             "and leave the workers running). Training goes on only where the script handles the "
             "signal (`signal.signal(signal.SIGUSR1, handler)`); a worker without a handler dies "
             "of it (Python's default) and the job fails. A signal torch is told to handle "
-            "(`--signals-to-handle`, 2.10+) stays torch's."
+            "(`--signals-to-handle`, 2.10+) stays torch's. With `TORCHRUN_JSC_REQUEUE=1` the "
+            "list must include the requeue's signal."
         ),
         short="`USR1`, `USR2`, both (comma-separated), `none`",
     ),
@@ -463,6 +464,16 @@ class Settings(NamedTuple):
             raise ConfigError(
                 "TORCHRUN_JSC_REQUEUE=1 outside a Slurm job (no SLURM_JOB_ID); accepted: 0 or"
                 " unset, or 1 in a batch job submitted with sbatch --requeue"
+            )
+        if settings.requeue and settings.requeue_signal not in settings.forward_signals:
+            wanted = settings.requeue_signal[3:]
+            forward = envvars.shown(envvars.value(env, "TORCHRUN_JSC_FORWARD_SIGNALS") or "")
+            raise ConfigError(
+                f"TORCHRUN_JSC_REQUEUE=1 with TORCHRUN_JSC_FORWARD_SIGNALS={forward}:"
+                f" the agent would not pass SIG{wanted} (TORCHRUN_JSC_REQUEUE_SIGNAL) on, so the"
+                " workers would never be told to save before the requeue; accepted: a"
+                f" TORCHRUN_JSC_FORWARD_SIGNALS that includes {wanted} (the default is USR1,USR2),"
+                " or TORCHRUN_JSC_REQUEUE=0"
             )
         return settings
 

@@ -416,3 +416,111 @@ def test_a_rendezvous_timeout_torch_takes_is_taken_with_its_meaning(
     assert RendezvousTimeout(join=timedelta(seconds=seconds)).join.total_seconds() == seconds
     p = plan([*MULTI, f"--rdzv_conf={conf}", *SCRIPT], {"SLURM_NODEID": "1"}, facts=node(1))
     assert p.verdict == "ok", p.problems
+
+
+# ------------------------------------------------------------------------ signals, as torch reads
+
+
+_SIGNALS_ACCEPTED = (
+    "accepted: comma-separated signal names as Python's signal module spells them (upper case,"
+    " with SIG: SIGTERM,SIGUSR1), not SIGKILL or SIGSTOP"
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (
+            "sigusr1",
+            "torch cannot register 'sigusr1', so that signal would not be handled (names are as"
+            " Python spells them: SIGUSR1)",
+        ),
+        (
+            "SIGTERM,USR2",
+            "torch cannot register 'USR2', so that signal would not be handled (names are as"
+            " Python spells them: SIGUSR2)",
+        ),
+        ("SIGTERM,,SIGINT", "torch cannot register an empty name, so that signal would not be"),
+        ("10", "torch cannot register '10', so that signal would not be handled;"),
+        ("SIGTERM,SIGKILL", "SIGKILL cannot be handled (torch's agent would stop with OSError)"),
+        ("SIGSTOP", "SIGSTOP cannot be handled (torch's agent would stop with OSError)"),
+    ],
+    ids=["lower-case", "no-sig", "empty-item", "number", "sigkill", "sigstop"],
+)
+def test_signals_torch_cannot_handle_are_refused(value: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        request([*MULTI, f"--signals-to-handle={value}", *SCRIPT])
+    message = str(info.value)
+    assert message.startswith(f"--signals_to_handle={value!r} is not valid: {reason}"), message
+    assert message.endswith(_SIGNALS_ACCEPTED) and "\n" not in message
+
+
+def test_a_pet_signal_list_is_blamed_on_its_variable() -> None:
+    with pytest.raises(ConfigError, match=r"^PET_SIGNALS_TO_HANDLE='sigterm' is not valid"):
+        request([*MULTI, *SCRIPT], {"PET_SIGNALS_TO_HANDLE": "sigterm"})
+
+
+@pytest.mark.parametrize("value", ["SIGTERM, SIGUSR1 ", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGRTMIN"])
+def test_signals_torch_registers_are_taken(value: str) -> None:
+    p = plan(
+        [*MULTI, f"--signals-to-handle={value}", *SCRIPT], {"SLURM_NODEID": "1"}, facts=node(1)
+    )
+    assert p.verdict == "ok", p.problems
+
+
+_REQUEUE = {"SLURM_JOB_ID": "12", "SLURM_NODEID": "1", "TORCHRUN_JSC_REQUEUE": "1"}
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "message"),
+    [
+        (
+            {"TORCHRUN_JSC_REQUEUE_SIGNAL": "USR2"},
+            ["--signals-to-handle=SIGTERM,SIGUSR2"],
+            "TORCHRUN_JSC_REQUEUE=1 with --signals_to_handle='SIGTERM,SIGUSR2': torch would"
+            " handle SIGUSR2 itself and stop the workers on it, so the job would never be"
+            " requeued; accepted: a --signals_to_handle without SIGUSR2 (torch's default is"
+            " SIGTERM,SIGINT,SIGHUP,SIGQUIT), or TORCHRUN_JSC_REQUEUE_SIGNAL naming the other"
+            " warning signal",
+        ),
+        (
+            {},
+            ["--signals-to-handle= SIGUSR1 ,SIGTERM"],
+            "TORCHRUN_JSC_REQUEUE=1 with --signals_to_handle=' SIGUSR1 ,SIGTERM': torch would"
+            " handle SIGUSR1 itself",
+        ),
+        (
+            {"TORCHRUN_JSC_FORWARD_SIGNALS": "none"},
+            [],
+            "TORCHRUN_JSC_REQUEUE=1 with TORCHRUN_JSC_FORWARD_SIGNALS='none': the agent would not"
+            " pass SIGUSR1 (TORCHRUN_JSC_REQUEUE_SIGNAL) on, so the workers would never be told"
+            " to save before the requeue; accepted: a TORCHRUN_JSC_FORWARD_SIGNALS that includes"
+            " USR1 (the default is USR1,USR2), or TORCHRUN_JSC_REQUEUE=0",
+        ),
+        (
+            {"TORCHRUN_JSC_FORWARD_SIGNALS": "USR1", "TORCHRUN_JSC_REQUEUE_SIGNAL": "USR2"},
+            [],
+            "TORCHRUN_JSC_REQUEUE=1 with TORCHRUN_JSC_FORWARD_SIGNALS='USR1': the agent would not"
+            " pass SIGUSR2 (TORCHRUN_JSC_REQUEUE_SIGNAL) on",
+        ),
+    ],
+    ids=["torch-handles-usr2", "torch-handles-usr1", "forward-none", "forward-without-it"],
+)
+def test_a_requeue_whose_signal_never_reaches_the_workers_is_refused(
+    env: Dict[str, str], argv: List[str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        request([*MULTI, *argv, *SCRIPT], {**_REQUEUE, **env})
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_requeue_whose_signal_reaches_the_workers_goes_ahead() -> None:
+    env = {
+        **_REQUEUE,
+        "TORCHRUN_JSC_FORWARD_SIGNALS": "USR2",
+        "TORCHRUN_JSC_REQUEUE_SIGNAL": "USR2",
+    }
+    p = plan([*MULTI, "--signals-to-handle=SIGTERM,SIGUSR1", *SCRIPT], env, facts=node(1))
+    assert p.verdict == "ok", p.problems
+    assert any(d.topic == "requeue after SIGUSR2" for d in p.decisions)
