@@ -9,6 +9,7 @@ raises :class:`~torchrun_jsc.errors.ConfigError` with one line; input a launch d
 
 from __future__ import annotations
 
+import math
 import signal
 from datetime import timedelta
 from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -157,6 +158,7 @@ def read_request(
         low = min(handed.quorum, options.max_nodes)
         options = options._replace(min_nodes=low, nnodes=f"{low}:{options.max_nodes}")
     _check_signals_to_handle(options, settings)
+    _check_torch_values(filled, options, settings)
     untouched = _untouched(options)
     conf: Dict[str, str] = {}
     endpoint: Optional[Endpoint] = None
@@ -280,6 +282,55 @@ def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
         master_addr=str(values.get("master_addr") or "127.0.0.1"),
         from_env=parsed.from_env,
     )
+
+
+#: The rendezvous backends torch registers itself (a plugin may add others, under any name).
+TORCH_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")
+#: The longest ``--monitor-interval`` accepted: torch sleeps that long between looks
+#: (``time.sleep`` refuses values from about 9.2e9 s, with ``OverflowError``).
+MAX_MONITOR_INTERVAL = 1e9
+
+
+def _check_torch_values(parsed: Parsed, options: LaunchOptions, settings: Settings) -> None:
+    """Values torch's parser lets through and torch then stops on with a traceback, and a
+    ``--shutdown-timeout`` that ``TORCHRUN_JSC_TERM_GRACE`` would silently override."""
+    values = parsed.values
+    interval = values.get("monitor_interval")
+    if isinstance(interval, float) and not (
+        math.isfinite(interval) and 0 < interval <= MAX_MONITOR_INTERVAL
+    ):
+        raise envvars.invalid(
+            parsed.source("monitor_interval"),
+            str(interval),
+            f"seconds > 0, finite, at most {MAX_MONITOR_INTERVAL:g}",
+            "torch's agent stops on it",
+        )
+    backend = options.rdzv_backend
+    if not options.standalone and backend not in TORCH_BACKENDS:
+        near = backend.strip().lower()
+        if not near or near in TORCH_BACKENDS:
+            reason = "no backend has an empty name" if not near else f"torch knows {near}, in"
+            raise envvars.invalid(
+                parsed.source("rdzv_backend"),
+                backend,
+                ", ".join(TORCH_BACKENDS) + " (or a backend a torch plugin registers)",
+                reason if not near else reason + " lower case",
+            )
+    shutdown = values.get("shutdown_timeout")
+    if not isinstance(shutdown, int) or "shutdown_timeout" not in parsed.given:
+        return
+    source = parsed.source("shutdown_timeout")
+    if shutdown < 0:
+        raise envvars.invalid(
+            source, str(shutdown), "whole seconds >= 0", "torch stops on a negative one"
+        )
+    grace = settings.term_grace
+    if grace is not None and grace != shutdown:
+        raise ConfigError(
+            f"TORCHRUN_JSC_TERM_GRACE={grace:g} and {source}={shutdown} disagree: both set the"
+            " grace between SIGTERM and SIGKILL, and TORCHRUN_JSC_TERM_GRACE would win; accepted:"
+            " one of them, or the same value in both"
+        )
 
 
 #: Signals no process can handle: ``signal.signal`` refuses them with ``OSError``, which stops

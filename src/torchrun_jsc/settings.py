@@ -290,7 +290,7 @@ VARIABLES: Tuple[Variable, ...] = (
             "may take "
             f"to exit before SIGKILL, on every torch release (torch: {TERM_GRACE} s; "
             "`--shutdown-timeout` from "
-            "2.12)."
+            "2.12; given both, they must agree)."
         ),
         short="seconds 0..86400",
     ),

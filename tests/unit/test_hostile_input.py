@@ -524,3 +524,98 @@ def test_a_requeue_whose_signal_reaches_the_workers_goes_ahead() -> None:
     p = plan([*MULTI, "--signals-to-handle=SIGTERM,SIGUSR1", *SCRIPT], env, facts=node(1))
     assert p.verdict == "ok", p.problems
     assert any(d.topic == "requeue after SIGUSR2" for d in p.decisions)
+
+
+# ------------------------------------------------- values torch's parser takes, then stops on
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (
+            ["--monitor-interval=0"],
+            {},
+            "--monitor_interval='0.0' is not valid: torch's agent stops on it; accepted: seconds"
+            " > 0, finite, at most 1e+09",
+        ),
+        (["--monitor_interval=-1"], {}, "--monitor_interval='-1.0' is not valid: torch's agent"),
+        (["--monitor-interval=nan"], {}, "--monitor_interval='nan' is not valid: torch's agent"),
+        (["--monitor-interval=inf"], {}, "--monitor_interval='inf' is not valid: torch's agent"),
+        (["--monitor-interval=1e10"], {}, "--monitor_interval='10000000000.0' is not valid"),
+        ([], {"PET_MONITOR_INTERVAL": "0"}, "PET_MONITOR_INTERVAL='0.0' is not valid"),
+        (
+            ["--rdzv_backend=C10D"],
+            {},
+            "--rdzv_backend='C10D' is not valid: torch knows c10d, in lower case; accepted: c10d,"
+            " static, etcd, etcd-v2 (or a backend a torch plugin registers)",
+        ),
+        (["--rdzv_backend=Static"], {}, "--rdzv_backend='Static' is not valid: torch knows static"),
+        (["--rdzv_backend= c10d"], {}, "--rdzv_backend=' c10d' is not valid: torch knows c10d"),
+        (["--rdzv_backend="], {}, "--rdzv_backend='' is not valid: no backend has an empty name"),
+        (
+            ["--shutdown-timeout=-5"],
+            {},
+            "--shutdown_timeout='-5' is not valid: torch stops on a negative one; accepted: whole"
+            " seconds >= 0",
+        ),
+        (
+            ["--shutdown-timeout=20"],
+            {"TORCHRUN_JSC_TERM_GRACE": "2"},
+            "TORCHRUN_JSC_TERM_GRACE=2 and --shutdown_timeout=20 disagree: both set the grace"
+            " between SIGTERM and SIGKILL, and TORCHRUN_JSC_TERM_GRACE would win; accepted: one"
+            " of them, or the same value in both",
+        ),
+        (
+            [],
+            {"TORCHRUN_JSC_TERM_GRACE": "2.5", "PET_SHUTDOWN_TIMEOUT": "2"},
+            "TORCHRUN_JSC_TERM_GRACE=2.5 and PET_SHUTDOWN_TIMEOUT=2 disagree",
+        ),
+    ],
+    ids=[
+        "monitor-0",
+        "monitor-negative",
+        "monitor-nan",
+        "monitor-inf",
+        "monitor-huge",
+        "pet-monitor-0",
+        "backend-upper",
+        "backend-capital",
+        "backend-blank",
+        "backend-empty",
+        "shutdown-negative",
+        "grace-disagrees",
+        "grace-disagrees-pet",
+    ],
+)
+def test_values_torch_stops_on_later_are_refused_at_once(
+    argv: List[str], env: Dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        request(["--nnodes=2", "--rdzv_endpoint=node0i:29500", *argv, *SCRIPT], env)
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--monitor-interval=0.01", "--rdzv_backend=c10d"], {}),
+        (["--rdzv_backend=my-plugin"], {}),
+        (["--standalone", "--rdzv_backend=C10D"], {}),
+        (["--rdzv_backend=c10d", "--shutdown-timeout=0"], {}),
+        (["--rdzv_backend=c10d", "--shutdown-timeout=7"], {"TORCHRUN_JSC_TERM_GRACE": "7"}),
+        (["--rdzv_backend=c10d"], {"TORCHRUN_JSC_TERM_GRACE": "2"}),
+    ],
+    ids=[
+        "monitor-small",
+        "plugin-backend",
+        "standalone-replaces-it",
+        "shutdown-0",
+        "agree",
+        "grace",
+    ],
+)
+def test_values_torch_runs_with_go_ahead(argv: List[str], env: Dict[str, str]) -> None:
+    nnodes = [] if "--standalone" in argv else ["--nnodes=2", "--rdzv_endpoint=node0i:29500"]
+    p = plan([*nnodes, *argv, *SCRIPT], {"SLURM_NODEID": "1", **env}, facts=node(1))
+    assert p.verdict == "ok", p.problems
