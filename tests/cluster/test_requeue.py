@@ -10,7 +10,10 @@ write their output to a file of their own (``<name>-<run>-<task>.out``, the run 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence, Tuple
@@ -20,6 +23,7 @@ import pytest
 from tests.cluster.harness import Cluster
 from tests.cluster.recovery_jobs import PEER_TIMEOUT, RESUME, SLOW, Run, last_run
 from tests.cluster.scenarios import torchrun_argv
+from tests.cluster.system import cmdline
 
 pytestmark = pytest.mark.cluster
 
@@ -297,6 +301,101 @@ def test_a_lost_rendezvous_host_is_stood_in_for_and_excluded(five_cluster: Clust
         assert first[t].count(done_by_other) == 1, f"task {t}\n{context}"
     for t in (1, 2, 3):
         assert "first failure: the rendezvous host" in first[t], f"task {t}\n{context}"
+
+
+#: The requeue's settings as a user leaves them (the other scenarios set the minimum run to 0).
+DEFAULTS = {"TORCHRUN_JSC_REQUEUE_MIN_RUN": "600", "TORCHRUN_JSC_REQUEUE_GRACE": "30"}
+
+
+def kill_task(cluster: Cluster, node: int) -> List[int]:
+    """SIGKILL the job's processes on ``node`` (its agent, workers and their helpers), not its
+    slurmstepd: a training node whose processes died (the node stays up for Slurm)."""
+    pids = [p for p in cluster._node_procs(node) if "slurmstepd" not in cmdline(p)]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+@pytest.mark.first_interpreter_in_ci
+def test_a_node_killed_early_is_requeued_without_it_with_the_default_settings(
+    five_cluster: Cluster,
+) -> None:
+    """4 of 5 nodes, --max_restarts=0, the requeue's minimum run at its default (600 s): node
+    rank 3's processes SIGKILLed early in training → every node names it as the first failure,
+    and the job is requeued without it whatever the run's length (a lost node, not a failing
+    script); the next run resumes and completes."""
+    cluster, name = five_cluster, "killed"
+    job = cluster.sbatch(batch_script(cluster, name, 4, DEFAULTS))
+    wait_for(cluster, name, 0, 4, "step=8 ", 150)
+    node = host_of(outputs(cluster, name, 0, 4)[3])
+    assert kill_task(cluster, node), f"nothing to kill on node{node}"
+    wait_requeued(cluster, job, 1)
+    state = wait_ended(cluster, job, 240)
+    context = said(cluster, name, 2, 4, job)
+    assert state == "COMPLETED", f"{state}\n{context}"
+    assert job_fields(cluster, job).get("ExcNodeList") == f"node{node}", context
+    line = (
+        f"torchrun_jsc: requeue 1 of 3: job {job} requeued after a failure it could not recover"
+        f" from, without node{node}; its next run resumes from the checkpoint"
+    )
+    first = outputs(cluster, name, 0, 4)
+    for t, text in enumerate(first[:3]):
+        assert text.count(line) == 1, f"task {t}\n{context}"
+        assert f"first failure: node{node} (node rank 3) stopped responding" in text, context
+        assert "no requeue" not in text, f"task {t}\n{context}"
+    second = outputs(cluster, name, 1, 4)
+    assert all(f"host=node{node} " not in t for t in second), context
+    assert_resumed(second, 4, context)
+
+
+@pytest.mark.skipif(not SLOW, reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
+def test_the_warning_requeues_a_run_shorter_than_the_minimum_run(
+    main_cluster: Cluster,
+) -> None:
+    """2 nodes, the requeue's minimum run at its default (600 s): Slurm's warning (``scancel
+    --signal=USR1``) after a bit more than the first minute of training → requeued (the
+    warning is judged by its cause, not by the run's length); the next run resumes from the
+    saved step and completes."""
+    cluster, name = main_cluster, "warned"
+    env = {**DEFAULTS, "TRJSC_STEP_SECONDS": "2"}  # 120 s of steps: the warning comes first
+    job = cluster.sbatch(batch_script(cluster, name, 2, env, later="TRJSC_STEP_SECONDS=0.25"))
+    wait_for(cluster, name, 0, 2, "TRJSC_RESUMED ", 150)
+    time.sleep(65)  # past the first minute, in which the warning is refused
+    sent = cluster.login(["scancel", "--signal=USR1", job], timeout=30)
+    assert sent.returncode == 0, sent.output
+    wait_requeued(cluster, job, 1)
+    state = wait_ended(cluster, job, 240)
+    context = said(cluster, name, 2, 2, job)
+    assert state == "COMPLETED", f"{state}\n{context}"
+    warned = f"torchrun_jsc: requeue 1 of 3: job {job} requeued after SIGUSR1"
+    assert all(t.count(warned) == 1 for t in outputs(cluster, name, 0, 2)), context
+    step = saved_step(outputs(cluster, name, 0, 2), context)
+    runs = assert_resumed(outputs(cluster, name, 1, 2), 2, context)
+    assert {r.resumed_from for r in runs.values()} == {step}, context
+
+
+def test_a_script_that_exits_with_the_stop_code_is_not_requeued(main_cluster: Cluster) -> None:
+    """A script whose workers exit with 99 (TORCHRUN_JSC_REQUEUE_STOP_CODE's default) after a
+    run longer than the minimum (0 here): not requeued, one line per node naming the code; the
+    job ends FAILED, never requeued (first interpreter only: torchrun_jsc's own decision)."""
+    cluster, name = main_cluster, "stopcode"
+    wd = cluster.workdir
+    assert wd is not None
+    script = wd / "stopcode.py"
+    script.write_text("import sys\nprint('TRJSC_GIVING_UP', flush=True)\nsys.exit(99)\n")
+    job = cluster.sbatch(batch_script(cluster, name, 2, {}, script=script))
+    state = wait_ended(cluster, job, 180)
+    context = said(cluster, name, 1, 2, job)
+    assert state == "FAILED", f"{state}\n{context}"
+    no = (
+        "torchrun_jsc: no requeue: the training script exited with code 99"
+        " (TORCHRUN_JSC_REQUEUE_STOP_CODE): it asks not to be requeued"
+    )
+    for t, text in enumerate(outputs(cluster, name, 0, 2)):
+        assert text.count(no) == 1, f"task {t}\n{context}"
+        assert "exited with code 99" in text, f"task {t}\n{context}"
+    assert job_fields(cluster, job).get("Restarts") == "0", context
 
 
 def test_a_job_that_fails_at_once_is_requeued_at_most_the_maximum(
