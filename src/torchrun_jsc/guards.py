@@ -49,6 +49,7 @@ def findings(request: Request, facts: NodeFacts, role: Role) -> List[Finding]:
         *slurm_findings(request),
         *affinity_findings(request, facts),
         *role_findings(request, facts, role),
+        *host_rank_findings(request, role),
         *ifname_findings(request, facts, role),
         *store_host_findings(request, facts, role.is_host, role.serves_workers),
     ]
@@ -203,6 +204,38 @@ def role_findings(request: Request, facts: NodeFacts, role: Role) -> List[Findin
             )
         ]
     return []
+
+
+def host_rank_findings(request: Request, role: Role) -> List[Finding]:
+    """A host node rank that no node of the job has, when ``is_host`` is decided by node rank:
+    no node would host the rendezvous. The job's node ranks are those of its Slurm step, else
+    ``--nnodes``' maximum (unless this node's own rank shows that there are spares beyond it)."""
+    settings, options = request.settings, request.options
+    if options is None or role.endpoint_is_local is None or request.node_rank is None:
+        return []
+    if request.is_host is not None or not settings.prefer_arg_patching:
+        return []  # is_host given, or decided by address
+    handed = request.handover
+    if handed is not None and handed.host_node_rank is None:
+        return []
+    step, rank = request.slurm, settings.host_node_rank
+    if step is not None and step.in_step and step.num_nodes is not None:
+        nodes, where = step.num_nodes, f"this {step.num_nodes}-node Slurm step"
+    elif request.node_rank < options.max_nodes:
+        nodes, where = options.max_nodes, f"--nnodes={options.nnodes}"
+    else:
+        return []
+    if rank < nodes:
+        return []
+    name = "TORCHRUN_JSC_HANDOVER's host_node_rank" if handed else "TORCHRUN_JSC_HOST_NODE_RANK"
+    return [
+        Finding(
+            "stop",
+            f"{name}={rank} names no node of {where} (node ranks 0..{nodes - 1}): no node would"
+            f" host the rendezvous, so each waits until join_timeout ({JOIN_TIMEOUT} s); set it"
+            f" to the node rank of the node --rdzv_endpoint names, in 0..{nodes - 1}",
+        )
+    ]
 
 
 def ifname_findings(request: Request, facts: NodeFacts, role: Role) -> List[Finding]:

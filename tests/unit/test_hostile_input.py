@@ -619,3 +619,64 @@ def test_values_torch_runs_with_go_ahead(argv: List[str], env: Dict[str, str]) -
     nnodes = [] if "--standalone" in argv else ["--nnodes=2", "--rdzv_endpoint=node0i:29500"]
     p = plan([*nnodes, *argv, *SCRIPT], {"SLURM_NODEID": "1", **env}, facts=node(1))
     assert p.verdict == "ok", p.problems
+
+
+# ---------------------------------------------------------------- a host node rank no node has
+
+
+_STEP4 = {
+    "SLURM_JOB_ID": "7",
+    "SLURM_STEP_ID": "0",
+    "SLURM_STEP_NUM_NODES": "4",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x4)",
+    "SLURM_STEP_NODELIST": "node[0-3]",
+}
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (
+            ["--nnodes=4"],
+            {**_STEP4, "SLURM_NODEID": "1", "TORCHRUN_JSC_HOST_NODE_RANK": "9"},
+            "TORCHRUN_JSC_HOST_NODE_RANK=9 names no node of this 4-node Slurm step (node ranks"
+            " 0..3): no node would host the rendezvous, so each waits until join_timeout (600 s);"
+            " set it to the node rank of the node --rdzv_endpoint names, in 0..3;"
+            " TORCHRUN_JSC_GUARDS=warn launches anyway",
+        ),
+        (
+            ["--nnodes=2:4"],
+            {"TORCHRUN_JSC_NODE_RANK": "1", "TORCHRUN_JSC_HOST_NODE_RANK": "4"},
+            "TORCHRUN_JSC_HOST_NODE_RANK=4 names no node of --nnodes=2:4 (node ranks 0..3)",
+        ),
+    ],
+    ids=["slurm-step", "nnodes"],
+)
+def test_a_host_node_rank_no_node_has_is_refused(
+    argv: List[str], env: Dict[str, str], message: str
+) -> None:
+    req = request([*argv, *C10D, "--rdzv_endpoint=node0i:29500", *SCRIPT], env)
+    p = make_plan(req, "2.13.0", node(1))
+    assert p.refusal is not None and p.refusal.startswith(message), p.refusal
+    assert p.verdict == "refused" and "\n" not in p.refusal
+    text = explain.render(Prepared(req, node(1), p), "text")
+    assert f"  REFUSED: {p.refusal}" in text.splitlines()
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {**_STEP4, "SLURM_NODEID": "1", "TORCHRUN_JSC_HOST_NODE_RANK": "3"},
+        {"TORCHRUN_JSC_NODE_RANK": "5", "TORCHRUN_JSC_HOST_NODE_RANK": "5"},  # spares beyond 4
+        {
+            **_STEP4,
+            "SLURM_NODEID": "1",
+            "TORCHRUN_JSC_HOST_NODE_RANK": "9",
+            "TORCHRUN_JSC_PREFER_ARG_PATCHING": "0",
+        },
+    ],
+    ids=["in-range", "spare-ranks", "by-address"],
+)
+def test_a_host_node_rank_some_node_may_have_goes_ahead(env: Dict[str, str]) -> None:
+    p = plan(["--nnodes=4", *C10D, "--rdzv_endpoint=node0i:29500", *SCRIPT], env, facts=node(1))
+    assert p.refusal is None, p.refusal
