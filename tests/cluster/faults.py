@@ -1,4 +1,5 @@
-"""Faults of one node: signals, a frozen (hung) node, a pulled cable, per-node sysctls.
+"""Faults of one node: signals, a frozen (hung) node, a pulled cable, per-node sysctls; and
+of the IB network between nodes: a partition.
 
 They act on the processes of a node's namespace except the harness's daemons, so the node's
 slurmd keeps serving later steps. What teardown must undo (frozen pids) is noted in the
@@ -12,7 +13,8 @@ import os
 import re
 import signal
 import time
-from typing import Optional
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from tests.cluster.namespaces import netns_pids
 from tests.cluster.state import Ledger
@@ -20,6 +22,10 @@ from tests.cluster.system import cmdline, find_binary, ip, ppid, proc_state, run
 from tests.cluster.topology import Layout
 
 _NET_SYSCTL = re.compile(r"^net[./][A-Za-z0-9_./-]+$")
+#: Where a partition's neighbour entries send a node's frames to a peer across it: a locally
+#: administered unicast address that no interface has. The IB bridge floods such a frame to
+#: every port and every node drops it (not addressed to it): the packet is lost without a trace.
+NOWHERE_MAC = "02:00:00:00:78:00"
 
 
 class Faults:
@@ -115,6 +121,46 @@ class Faults:
         down = self.ledger.data.get("links_down", [])
         if i in down:
             down.remove(i)
+            self.ledger.save()
+
+    def partition(self, groups: Sequence[Sequence[int]]) -> None:
+        """Split the IB network into ``groups`` of node indices (disjoint; a node in no group
+        keeps reaching every node): packets between nodes of different groups, IPv4 and IPv6,
+        both directions, are lost without a trace, while every node still reaches the
+        controller and its own group. Replaces an earlier partition; the mgmt network is left
+        as it is.
+
+        Inside each node's namespace, the IB addresses of the nodes in other groups get a
+        permanent neighbour entry for :data:`NOWHERE_MAC`. The sender sees no error (a
+        ``blackhole`` route would fail its connects at once with *Invalid argument*), so the
+        peers see each other hang: connects and established connections time out, no reset.
+        The entries are noted in the state file first; :meth:`heal` (and teardown) removes them.
+        """
+        side: dict[int, int] = {}
+        for g, members in enumerate(groups):
+            for i in members:
+                if not 0 <= i < self.layout.nodes or i in side:
+                    raise ValueError(f"node {i} twice or not a node of this cluster: {groups}")
+                side[i] = g
+        self.heal()
+        cut: list[list[Any]] = self.ledger.data.setdefault("partition", [])
+        for i, g in side.items():
+            for j, h in side.items():
+                if g != h:
+                    cut += [[i, self.layout.ib_ip(j)], [i, self.layout.ib_ip6(j)]]
+        self.ledger.save()
+        for i, addr in cut:
+            entry = [addr, "lladdr", NOWHERE_MAC, "dev", "ib", "nud", "permanent"]
+            ip("-n", self.layout.node_ns(i), "neigh", "replace", *entry)
+
+    def heal(self) -> None:
+        """Undo :meth:`partition`: the neighbour entries go, so the addresses are resolved
+        anew and established connections carry on at their next retransmission."""
+        cut = self.ledger.data.get("partition", [])
+        for i, addr in cut:
+            ip("-n", self.layout.node_ns(i), "neigh", "del", addr, "dev", "ib", check=False)
+        if cut:
+            self.ledger.data["partition"] = []
             self.ledger.save()
 
     def node_sysctl(self, i: int, key: str, value: Optional[object] = None) -> str:

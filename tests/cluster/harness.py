@@ -329,6 +329,8 @@ class Cluster:
         held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, held)
         try:
+            with contextlib.suppress(Exception):  # never keeps the rest from being removed
+                self._faults.heal()  # a partition (the namespaces' deletion would undo it too)
             self._network.teardown(self.keep_logs)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -425,6 +427,15 @@ class Cluster:
     def link_up(self, i: int) -> None:
         """Undo :meth:`link_down`."""
         self._faults.link_up(i)
+
+    def partition(self, groups: Sequence[Sequence[int]]) -> None:
+        """Cut the IB network between ``groups`` of nodes (each still reaches ctl and its own
+        group; packets across are lost without a trace); see faults.Faults.partition."""
+        self._faults.partition(groups)
+
+    def heal(self) -> None:
+        """Undo :meth:`partition` (teardown does it too)."""
+        self._faults.heal()
 
     def node_sysctl(self, i: int, key: str, value: Optional[object] = None) -> str:
         """Read, or set and read back, a ``net.*`` sysctl of node ``i``'s namespace; see

@@ -395,6 +395,16 @@ except OSError as e:
 """
 
 
+_CTL_CONNECT = """
+import socket
+try:
+    socket.create_connection(("ctl", 6817), timeout=2).close()  # slurmctld
+    print("ok")
+except OSError as e:
+    print("fail", e)
+"""
+
+
 def test_link_down_and_up() -> None:
     """link_down is a pulled cable: connects over IB time out (no reset); link_up restores
     IPv4 and IPv6."""
@@ -422,6 +432,82 @@ def test_link_down_and_up() -> None:
         assert probe(2) == {"node0i": "ok", "node0i6": "ok"}
         listener.kill()
         listener.communicate()
+
+
+_ECHO_CLIENT = """
+import os, socket, sys, time
+c = socket.create_connection((sys.argv[1], 7777), timeout=2)
+print("connected", flush=True)
+for k in range(2):  # one echo per file <argv[2]>.<k>, within the timeout the file says
+    while not os.path.exists(f"{sys.argv[2]}.{k}"):
+        time.sleep(0.05)
+    c.settimeout(float(open(f"{sys.argv[2]}.{k}").read()))
+    try:
+        c.sendall(b"x")
+        print("echo" if c.recv(1) == b"x" else "closed", flush=True)
+    except OSError as e:
+        print("fail", e, flush=True)
+"""
+_ECHO = """
+import socket, threading
+s = socket.create_server(("::", 7777), family=socket.AF_INET6, dualstack_ipv6=True)
+print("ready", flush=True)
+def echo(c):
+    while data := c.recv(100):
+        c.sendall(data)
+while True:
+    threading.Thread(target=echo, args=(s.accept()[0],), daemon=True).start()
+"""
+
+
+def test_partition_and_heal() -> None:
+    """partition: connects across it time out (no reset, no error at the sender), an
+    established connection across it hangs, within a group and to ctl everything gets
+    through, IPv4 and IPv6; heal restores it all, the hung connection included."""
+    with Cluster(nodes=3, prefix=free_prefix("trjn"), keep_logs=False) as c:
+        py = str(c.python)
+        servers = [c.node_exec(i, [py, "-c", _ECHO]) for i in range(3)]
+        for srv in servers:
+            assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
+
+        def probe(node: int, timeout: float) -> dict[str, str]:
+            names = [f"node{j}i{six}" for j in range(3) if j != node for six in ("", "6")]
+            ps = {n: c.node_exec(node, [py, "-c", _CONNECT, n, str(timeout)]) for n in names}
+            got = {n: q.communicate(timeout=30)[0].strip() for n, q in ps.items()}
+            [ctl] = c.run_on_nodes([[py, "-c", _CTL_CONNECT]], nodes=[node], timeout=30)
+            got["ctl"] = ctl.stdout.strip()
+            return got
+
+        go = c.workdir / "echo-go"  # type: ignore[operator]
+        held = c.node_exec(1, [py, "-c", _ECHO_CLIENT, "node0i6", str(go)])
+        assert held.stdout is not None and held.stdout.readline().strip() == "connected"
+        reached = {n: "ok" for n in ("node0i", "node0i6", "node2i", "node2i6", "ctl")}
+        assert probe(1, 2) == reached
+        c.partition([[0], [1, 2]])
+        cut = [(i, a) for i in (1, 2) for a in ("10.78.0.10", "fd00:78::10")]
+        cut += [(0, a) for a in ("10.78.0.11", "10.78.0.12", "fd00:78::11", "fd00:78::12")]
+        assert sorted(map(tuple, c.state["partition"])) == sorted(cut)
+        lost = {"node0i": "fail timed out", "node0i6": "fail timed out"}
+        assert probe(1, 1) == {**reached, **lost}
+        assert probe(0, 1) == {
+            "node1i": "fail timed out",
+            "node1i6": "fail timed out",
+            "node2i": "fail timed out",
+            "node2i6": "fail timed out",
+            "ctl": "ok",
+        }
+        Path(f"{go}.0").write_text("2")
+        assert held.stdout.readline().strip() == "fail timed out"
+        c.heal()
+        assert c.state["partition"] == []
+        assert probe(1, 2) == reached
+        assert probe(0, 2)["node1i6"] == "ok"
+        Path(f"{go}.1").write_text("15")  # the hung connection goes on when retransmitted
+        assert held.stdout.readline().strip() == "echo"
+        held.wait(timeout=10)
+        for srv in servers:
+            srv.kill()
+            srv.communicate()
 
 
 def test_node_sysctl(cluster: Cluster) -> None:
