@@ -27,6 +27,8 @@ def prepare(
         local_addr=options.local_addr if options is not None else None,
         nproc_word=request.nproc_word,
         cli=cli,
+        script=request.script_path,
+        log_dir=options.log_dir if options is not None else None,
     )
     plan = make_plan(request, str(torch.__version__), node)
     return Prepared(request, node, plan)

@@ -55,6 +55,10 @@ class NodeFacts(NamedTuple):
     local_addr_addresses: Tuple[str, ...] = ()
     local_addr_error: Optional[str] = None
     local_addr_own: Tuple[str, ...] = ()
+    #: Why python cannot run the training script here (``does not exist``; None: it can, or
+    #: the script is a module or a program), and why torch cannot use ``--log_dir`` here.
+    script_problem: Optional[str] = None
+    log_dir_problem: Optional[str] = None
     #: Seconds spent gathering (for explain and the benchmark).
     seconds: float = 0.0
 
@@ -72,10 +76,13 @@ def gather(
     local_addr: Optional[str] = None,
     nproc_word: Optional[str] = None,
     cli: Optional[TorchCli] = None,
+    script: Optional[str] = None,
+    log_dir: Optional[str] = None,
 ) -> NodeFacts:
     """Look at this machine: hostname, interfaces and, if given, the endpoint's reachability,
-    what ``--local_addr`` names (one look-up, no retry) and what torch makes of a
-    ``--nproc_per_node`` word here (it asks the devices)."""
+    what ``--local_addr`` names (one look-up, no retry), what torch makes of a
+    ``--nproc_per_node`` word here (it asks the devices), and whether the training script and
+    ``--log_dir`` can be used here."""
     import sys
 
     started = time.monotonic()
@@ -119,8 +126,39 @@ def gather(
         local_addr_addresses=given,
         local_addr_error=given_error,
         local_addr_own=tuple(a for a in given if network.is_local_address(a)),
+        script_problem=script_problem(script) if script is not None else None,
+        log_dir_problem=log_dir_problem(log_dir) if log_dir is not None else None,
         seconds=time.monotonic() - started,
     )
+
+
+def script_problem(path: str) -> Optional[str]:
+    """Why ``python path`` cannot run here: the path does not exist, or it is a directory
+    without ``__main__.py`` (python runs a directory or a zip file that has one)."""
+    import os
+
+    if not os.path.exists(path):
+        return "does not exist"
+    if os.path.isdir(path) and not any(
+        os.path.isfile(os.path.join(path, name)) for name in ("__main__.py", "__main__.pyc")
+    ):
+        return "is a directory without __main__.py"
+    return None
+
+
+def log_dir_problem(path: str) -> Optional[str]:
+    """Why torch cannot use ``path`` as its log directory (it makes a missing one): something
+    that is not a directory is there, or in the way (``os.devnull`` is torch's own case)."""
+    import os
+
+    if not path or path == os.devnull:
+        return None
+    if os.path.exists(path):
+        return None if os.path.isdir(path) else "is not a directory"
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    return None if os.path.isdir(parent) else f"cannot be made: {parent} is not a directory"
 
 
 def _look_up_once(host: str) -> Tuple[Tuple[str, ...], Optional[str]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import List, NamedTuple, Optional, Tuple
 
 from . import network, slurm
+from .envvars import shown
 from .facts import NodeFacts
 from .request import SOCKET_IFNAME_VARIABLES, Request
 from .settings import Settings
@@ -47,6 +48,7 @@ def findings(request: Request, facts: NodeFacts, role: Role) -> List[Finding]:
     return [
         *shape_findings(request),
         *slurm_findings(request),
+        *path_findings(request, facts),
         *affinity_findings(request, facts),
         *role_findings(request, facts, role),
         *host_rank_findings(request, role),
@@ -103,6 +105,36 @@ def shape_findings(request: Request) -> List[Finding]:
             " or set TORCHRUN_JSC_SLURM_AUTO=1",
         )
     ]
+
+
+def path_findings(request: Request, facts: NodeFacts) -> List[Finding]:
+    """A training script python cannot run on this node, and a ``--log_dir`` torch cannot use:
+    every worker, or the agent itself, would stop at once."""
+    options = request.options
+    if options is None:
+        return []
+    found: List[Finding] = []
+    script = request.script_path
+    if script is not None and facts.script_problem is not None:
+        found.append(
+            Finding(
+                "stop",
+                f"the training script {shown(script)} {facts.script_problem} on"
+                f" {facts.hostname or 'this node'}, so every worker would stop at once; give its"
+                " path (relative to the directory torchrun_jsc starts in), or -m for a module,"
+                " --no-python for a program",
+            )
+        )
+    if options.log_dir is not None and facts.log_dir_problem is not None:
+        found.append(
+            Finding(
+                "stop",
+                f"{options.source('log_dir')} {shown(options.log_dir)} {facts.log_dir_problem},"
+                " so torch's agent would stop as it starts; give a directory, or a path that does"
+                " not exist yet (torch makes it)",
+            )
+        )
+    return found
 
 
 def _loopback_rendezvous(request: Request) -> Optional[str]:

@@ -63,6 +63,13 @@ class LaunchOptions(NamedTuple):
     master_addr: str = "127.0.0.1"
     #: Of those, the ones given only by a ``PET_*`` variable.
     from_env: FrozenSet[str] = frozenset()
+    #: The training script (or module, or program) as given.
+    training_script: str = ""
+    #: The workers run ``python training_script`` (not ``-m``, ``--no-python`` or
+    #: ``--run-path``, where it names a module, a program, or a path runpy reads).
+    script_is_path: bool = False
+    #: ``--log_dir`` (None: not given; torch makes a temporary one).
+    log_dir: Optional[str] = None
 
     @property
     def multi_node(self) -> bool:
@@ -127,6 +134,15 @@ class Request(NamedTuple):
         if self.options is None or local_world_size(self.options.nproc_per_node) is not None:
             return None
         return self.options.nproc_per_node
+
+    @property
+    def script_path(self) -> Optional[str]:
+        """The path python opens as the training script (None: it is a module, a program, a
+        path ``--run-path`` reads, or ``-``, the standard input)."""
+        if self.options is None or not self.options.script_is_path:
+            return None
+        script = self.options.training_script
+        return script if script and script != "-" else None
 
     @property
     def lookup_host(self) -> Optional[str]:
@@ -281,6 +297,9 @@ def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
         given=parsed.given,
         master_addr=str(values.get("master_addr") or "127.0.0.1"),
         from_env=parsed.from_env,
+        training_script=str(values.get("training_script") or ""),
+        script_is_path=not any(values.get(k) for k in ("no_python", "module", "run_path")),
+        log_dir=str(values.get("log_dir") or "") or None,
     )
 
 

@@ -195,7 +195,8 @@ VARIABLES: Tuple[Variable, ...] = (
             "A launch that cannot work (several Slurm tasks per node each starting an agent; a "
             "multi-node launch started outside `srun`; `--standalone` with `--nnodes=2`; "
             "`--nnodes=2` with a `localhost` rendezvous in a multi-node step; a "
-            "`TORCHRUN_JSC_HOST_NODE_RANK` no node has) stops with the fix "
+            "`TORCHRUN_JSC_HOST_NODE_RANK` no node has; a training script or `--log_dir` this "
+            "node cannot use) stops with the fix "
             "in the message, or only warns."
         ),
         short="`stop`, `warn`",

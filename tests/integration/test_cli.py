@@ -129,19 +129,19 @@ def test_bad_input_one_line_exit_2_nothing_launched(
 
 def test_explain_json_without_launching(tmp_path: Path) -> None:
     out = run(
-        ["--nnodes=2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:29500", "train.py"],
+        ["--nnodes=2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:29500", WORKLOAD],
         env={"TORCHRUN_JSC_EXPLAIN": "json"},
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["verdict"] == "ok"
-    assert data["argv"][-1] == "train.py"
+    assert data["argv"][-1] == WORKLOAD
     assert any(d["value"] == "unchanged" for d in data["decisions"])
 
 
 def test_explain_predicts_failure_with_nonzero_exit() -> None:
     out = run(
-        ["--rdzv_backend=c10d", "--rdzv_endpoint=192.0.2.250:29500", "train.py"],
+        ["--rdzv_backend=c10d", "--rdzv_endpoint=192.0.2.250:29500", WORKLOAD],
         env={"TORCHRUN_JSC_EXPLAIN": "text", "TORCHRUN_JSC_NODE_RANK": "0"},
     )
     assert out.returncode == 1, out.stdout + out.stderr
@@ -149,13 +149,16 @@ def test_explain_predicts_failure_with_nonzero_exit() -> None:
     assert "verdict: fail" in out.stdout
 
 
-def test_apply_fixes_as_a_library() -> None:
+def test_apply_fixes_as_a_library(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text("pass\n")
     code = (
         "import sys, torchrun_jsc\n"
         "sys.argv = ['x', '--rdzv_backend=c10d', '--rdzv_endpoint=localhost:1', 't.py']\n"
         "print(torchrun_jsc.apply_fixes(strict=True), torchrun_jsc.__version__, sys.argv)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     ok, version, argv = out.stdout.split(" ", 2)
     assert ok == "True"
@@ -322,14 +325,17 @@ def test_unbracketed_ipv6_endpoint_runs_as_with_torchrun_and_warns() -> None:
     assert "RESULT rank=0" in out.stdout
 
 
-def test_explain_text_prints_a_byte_that_is_not_utf8_escaped() -> None:
+def test_explain_text_prints_a_byte_that_is_not_utf8_escaped(tmp_path: Path) -> None:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_"))}
     full.update(TORCHRUN_JSC_EXPLAIN="text", PYTHONIOENCODING="utf-8:strict")
+    with open(os.path.join(os.fsencode(tmp_path), b"tr\xffin.py"), "w") as script:
+        script.write("pass\n")  # the launch is refused when the script is missing
     out = subprocess.run(
         [*(os.fsencode(a) for a in _LAUNCH), b"--standalone", b"tr\xffin.py"],
         env=full,
         capture_output=True,
         timeout=120,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert b"'tr\\xffin.py'" in out.stdout and b"UnicodeEncodeError" not in out.stderr

@@ -124,11 +124,15 @@ def test_explain_other_values_are_refused_and_name_1(value: str) -> None:
     assert cli.explain_style({"TORCHRUN_JSC_EXPLAIN": value}) is None
 
 
-def test_explain_1_renders_the_text_explain(capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_1_renders_the_text_explain(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """The whole explain path with ``1``: a standalone launch, planned and shown, not run."""
     env = {"TORCHRUN_JSC_EXPLAIN": "1"}
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
     with pytest.raises(SystemExit) as info:
-        cli._main(["--standalone", "--nproc_per_node=1", "train.py"], env)
+        cli._main(["--standalone", "--nproc_per_node=1", str(script)], env)
     out = capsys.readouterr().out
     assert info.value.code == 0, out
     assert "verdict: " in out

@@ -5,6 +5,7 @@ are not UTF-8 printed escaped. No machine is looked at (node facts are built by 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Dict, List
 
 import pytest
@@ -680,3 +681,81 @@ def test_a_host_node_rank_no_node_has_is_refused(
 def test_a_host_node_rank_some_node_may_have_goes_ahead(env: Dict[str, str]) -> None:
     p = plan(["--nnodes=4", *C10D, "--rdzv_endpoint=node0i:29500", *SCRIPT], env, facts=node(1))
     assert p.refusal is None, p.refusal
+
+
+# ------------------------------------------------------------ the script and the log directory
+
+
+def test_what_python_and_torch_cannot_use_here_is_found(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__main__.py").write_text("pass\n")
+    assert facts.script_problem(str(script)) is None
+    assert facts.script_problem(str(package)) is None, "python runs a directory with __main__.py"
+    assert facts.script_problem(str(tmp_path / "nope.py")) == "does not exist"
+    assert facts.script_problem(str(package / "sub")) == "is a directory without __main__.py"
+    assert facts.log_dir_problem(str(tmp_path)) is None
+    assert facts.log_dir_problem(str(tmp_path / "new" / "logs")) is None, "torch makes it"
+    assert facts.log_dir_problem("/dev/null") is None, "torch's own case"
+    assert facts.log_dir_problem(str(script)) == "is not a directory"
+    assert (
+        facts.log_dir_problem(str(script / "logs"))
+        == f"cannot be made: {script} is not a directory"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "found", "message"),
+    [
+        (
+            ["train.py"],
+            {},
+            {"script_problem": "does not exist"},
+            "the training script 'train.py' does not exist on node1, so every worker would stop"
+            " at once; give its path (relative to the directory torchrun_jsc starts in), or -m"
+            " for a module, --no-python for a program; TORCHRUN_JSC_GUARDS=warn launches anyway",
+        ),
+        (
+            ["data/"],
+            {},
+            {"script_problem": "is a directory without __main__.py"},
+            "the training script 'data/' is a directory without __main__.py on node1",
+        ),
+        (
+            ["--log-dir=out.txt", "train.py"],
+            {},
+            {"log_dir_problem": "is not a directory"},
+            "--log_dir 'out.txt' is not a directory, so torch's agent would stop as it starts;"
+            " give a directory, or a path that does not exist yet (torch makes it);"
+            " TORCHRUN_JSC_GUARDS=warn launches anyway",
+        ),
+        (
+            ["train.py"],
+            {"PET_LOG_DIR": "out.txt/logs"},
+            {"log_dir_problem": "cannot be made: /w/out.txt is not a directory"},
+            "PET_LOG_DIR 'out.txt/logs' cannot be made: /w/out.txt is not a directory, so",
+        ),
+    ],
+    ids=["missing-script", "directory", "log-dir-file", "pet-log-dir-under-a-file"],
+)
+def test_a_script_or_log_dir_this_node_cannot_use_is_refused(
+    argv: List[str], env: Dict[str, str], found: Dict[str, str], message: str
+) -> None:
+    req = request([*MULTI, *argv], {"SLURM_NODEID": "1", **env})
+    here = node(1)._replace(**found)
+    p = make_plan(req, "2.13.0", here)
+    assert p.refusal is not None and p.refusal.startswith(message), p.refusal
+    text = explain.render(Prepared(req, here, p), "text")
+    assert f"  REFUSED: {p.refusal}" in text.splitlines() and text.endswith("verdict: refused")
+
+
+@pytest.mark.parametrize(
+    "argv", [["-m", "pkg.train"], ["--no-python", "hostname"], ["--run-path", "x.py"], ["-"]]
+)
+def test_a_script_that_is_no_path_python_opens_is_not_looked_at(argv: List[str]) -> None:
+    req = request([*ONE_NODE, *argv])
+    assert req.script_path is None
+    p = make_plan(req, "2.13.0", node(0)._replace(script_problem="does not exist"))
+    assert p.refusal is None
