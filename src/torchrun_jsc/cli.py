@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List, Mapping, NoReturn, Optional
+from typing import TYPE_CHECKING, List, Mapping, NoReturn, Optional
 
 from . import __version__
 from .errors import ConfigError, UnsupportedTorchError
 from .handover import VARIABLE as HANDOVER
 from .settings import VARIABLES, explain_style
+
+if TYPE_CHECKING:
+    from .plan import Prepared
 
 #: The project's source repository: its README and docs/ are the documentation.
 REPOSITORY = "https://github.com/HelmholtzAI-FZJ/torchrun_jsc"
@@ -31,12 +34,14 @@ PIPE_CLOSED = 141
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Read, plan, apply, then run ``torch.distributed.run.main`` with the planned arguments."""
+    from .runtime import early_stop
+
     args = list(sys.argv[1:] if argv is None else argv)
+    early_stop.install(os.environ)  # a stop before torch's handlers is one line too
     try:
         _main(args, os.environ)
     except KeyboardInterrupt:
-        print("torchrun_jsc: interrupted before the launch; nothing was started", file=sys.stderr)
-        sys.exit(130)
+        early_stop.interrupted()
 
 
 def _main(args: List[str], env: Mapping[str, str]) -> None:
@@ -75,6 +80,7 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         sys.exit(run_preflight(prepared))
     from .runtime import relaunch
 
+    _early_stops(prepared)
     relaunch.remember(args, env, sys.argv[0])  # before carry_out changes the environment
     os.environ.pop(HANDOVER, None)  # read once; not for the workers
     carry_out(plan)
@@ -87,6 +93,20 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         if not any(p.name == "stop_signal" for p in plan.patches):
             raise
         _stopped_by(int(exc.sigval), env)
+
+
+def _early_stops(prepared: Prepared) -> None:
+    """Until the first worker, only the signals torch will then handle are stopped here; those
+    other than SIGINT only with the ``stop_signal`` patch (one line for a stop)."""
+    from .request import handled_signals
+    from .runtime import early_stop
+    from .runtime.signalled import STOP_SIGNALS
+
+    options = prepared.request.options
+    given = options.signals_to_handle if options is not None else None
+    torchs = handled_signals(given) if given is not None else STOP_SIGNALS
+    one_line = any(p.name == "stop_signal" for p in prepared.plan.patches)
+    early_stop.keep_only(n for n in torchs if n == "SIGINT" or one_line)
 
 
 def _stopped_by(sigval: int, env: Mapping[str, str]) -> NoReturn:

@@ -321,6 +321,7 @@ def test_wait_for_host_retries_until_its_deadline(monkeypatch: pytest.MonkeyPatc
         return Store()
 
     monkeypatch.setattr(backend, "_create_tcp_store", original)
+    monkeypatch.setattr(wait_for_host, "listening", lambda host, port, timeout: True)
     monkeypatch.setattr(wait_for_host.time, "sleep", lambda s: None)
     assert patches.install(params.WaitForHost(endpoint="node0i:29500", wait=600.0)) is None
     rdzv = RendezvousParameters("c10d", "node0i:29500", "r", 4, 4, is_host="0", read_timeout="45")
@@ -350,6 +351,7 @@ def test_wait_for_host_gives_up_at_the_deadline(monkeypatch: pytest.MonkeyPatch)
         raise RendezvousConnectionError("still no host")
 
     monkeypatch.setattr(backend, "_create_tcp_store", original)
+    monkeypatch.setattr(wait_for_host, "listening", lambda host, port, timeout: True)
     monkeypatch.setattr(wait_for_host.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(wait_for_host.time, "sleep", lambda s: None)
     patches.install(params.WaitForHost(endpoint="h:1", wait=35.0))

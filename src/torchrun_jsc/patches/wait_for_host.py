@@ -3,30 +3,38 @@
 
 torch connects a non-host node to the store in ``c10d_rendezvous_backend._create_tcp_store``
 with the TCPStore timeout ``read_timeout`` (60 s): a host that starts later than that fails the
-whole job although the rendezvous would wait ``join_timeout`` (600 s). The replacement retries
-the connection in short attempts until ``wait`` seconds have passed, saying that it waits after
-the first failed attempt and then every 30 s; once connected, the store gets the user's
-``read_timeout`` back, which keeps its meaning for every store operation. Only a node told
-``is_host=0`` waits (a host that cannot listen fails at once, as before).
+whole job although the rendezvous would wait ``join_timeout`` (600 s). The replacement waits
+until ``wait`` seconds have passed: it first tries a plain TCP connection of its own (closed at
+once; refused at once while nothing listens), and hands over to torch's connection only once
+the port accepts, so torch's C++ connection retries (each logged with some 40 lines of stack
+frames, and holding the interpreter for up to twice the attempt) do not run while the host is
+not there. It says that it waits after the first failed try and then every 30 s; once
+connected, the store gets the user's ``read_timeout`` back, which keeps its meaning for every
+store operation. Only a node told ``is_host=0`` waits (a host that cannot listen fails at once,
+as before).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import socket
 import sys
 import time
 from datetime import timedelta
 from typing import Any
 
 from ..log import logger
-from ..torch_defaults import READ_TIMEOUT
+from ..runtime import early_stop
+from ..torch_defaults import RDZV_PORT, READ_TIMEOUT
 from ._common import Check, replace, verified
 
 _C10D = "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend"
 CHECKS = (Check(_C10D, "_create_tcp_store", (("params",),)),)
-#: One connection attempt (torch itself retries inside it up to about 1-3 times this).
+#: One connection attempt by torch, once the port accepts (torch retries inside it).
 ATTEMPT = 10
+#: One try of the port: how long a connection may take to be accepted (seconds).
+KNOCK = 3.0
 #: How often to say that the node still waits.
 SAY_EVERY = 30.0
 
@@ -36,18 +44,33 @@ def install(endpoint: str, wait: float, handed_over: bool = False) -> None:
     handover (``handed_over``) a host that never comes ends this agent with one line."""
     [(owner, attr, original)] = verified(CHECKS)
     from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
     @functools.wraps(original)
     def _create_tcp_store(params: Any) -> Any:
         if params.get_as_bool("is_host", None) is not False:
             return original(params)
+        early_stop.doing(f"waiting for the rendezvous host {endpoint}")
+        try:
+            return _wait(params)
+        finally:
+            early_stop.doing(None)
+
+    def _wait(params: Any) -> Any:
         config = params.config
         given = config.get("read_timeout")
         read_timeout = params.get_as_int("read_timeout", READ_TIMEOUT)
+        host, port = parse_rendezvous_endpoint(params.endpoint, default_port=RDZV_PORT)
         started = time.monotonic()
         said = started - SAY_EVERY  # the first failed attempt is told at once
         while True:
             left = wait - (time.monotonic() - started)
+            if left > 0 and not listening(host, port, min(KNOCK, left)):
+                if time.monotonic() - said >= SAY_EVERY:
+                    said = time.monotonic()
+                    _say_waiting(endpoint, said - started, wait)
+                time.sleep(min(1.0, max(left, 0.0)))
+                continue
             config["read_timeout"] = str(max(1, min(ATTEMPT, int(left))))
             try:
                 store = original(params)
@@ -59,13 +82,7 @@ def install(endpoint: str, wait: float, handed_over: bool = False) -> None:
                     raise
                 if time.monotonic() - said >= SAY_EVERY:
                     said = time.monotonic()
-                    logger.warning(
-                        "torchrun_jsc: waiting for the rendezvous host %s since %.0f s,"
-                        " giving up after %.0f s",
-                        endpoint,
-                        elapsed,
-                        wait,
-                    )
+                    _say_waiting(endpoint, elapsed, wait)
                 time.sleep(1.0)
                 continue
             finally:
@@ -77,6 +94,25 @@ def install(endpoint: str, wait: float, handed_over: bool = False) -> None:
             return store
 
     replace(owner, attr, _create_tcp_store)
+
+
+def listening(host: str, port: int, timeout: float) -> bool:
+    """Whether something at ``host:port`` accepts a TCP connection within ``timeout`` seconds
+    (the connection is closed at once; torch's store takes that silently)."""
+    try:
+        with socket.create_connection((host, port), timeout=max(timeout, 0.1)):
+            return True
+    except OSError:
+        return False
+
+
+def _say_waiting(endpoint: str, elapsed: float, wait: float) -> None:
+    logger.warning(
+        "torchrun_jsc: waiting for the rendezvous host %s since %.0f s, giving up after %.0f s",
+        endpoint,
+        elapsed,
+        wait,
+    )
 
 
 def _give_up(endpoint: str, wait: float) -> None:
