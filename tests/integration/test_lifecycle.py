@@ -16,6 +16,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from torchrun_jsc.runtime import signal_probe
+
 pytestmark = pytest.mark.integration
 
 TRAIN = Path(__file__).resolve().parents[1] / "cluster" / "jobs" / "train.py"
@@ -63,6 +65,10 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+#: What the signal probe's command line has and a worker's has not.
+PROBE = signal_probe.CODE.encode()
+
+
 def children(pid: int, watcher: bool = False) -> List[int]:
     """The agent's workers (its children but the orphan watcher and the signal probe), or with
     ``watcher`` only the watcher."""
@@ -75,7 +81,7 @@ def children(pid: int, watcher: bool = False) -> List[int]:
             except OSError:
                 continue
             parent = int(stat.rsplit(")", 1)[1].split()[1])
-            if parent != pid or b"runtime/signal_probe.py" in cmdline:  # no worker, no watcher
+            if parent != pid or PROBE in cmdline:  # no worker, no watcher
                 continue
             if (b"runtime/orphans.py" in cmdline) == watcher:
                 found.append(int(entry.name))

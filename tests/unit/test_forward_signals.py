@@ -23,6 +23,8 @@ from .procs import children
 
 USR1, USR2 = int(signal.SIGUSR1), int(signal.SIGUSR2)
 STEPD = Receipt(USR1, 100.0, 4242, "slurmstepd")
+#: A worker's command line as torch starts it.
+TRAIN = (sys.executable, "-u", "/home/user/train.py", "--epochs", "3", "--local-rank=0")
 
 
 # --------------------------------------------------------------------------- the decision
@@ -113,7 +115,7 @@ def _until(what: Callable[[], bool], seconds: float = 10.0) -> None:
 def test_the_probe_reports_the_sender_and_ends_with_its_pipe() -> None:
     ended: List[str] = []
     probe = signal_probe.Probe([USR1, USR2])
-    assert probe.start(on_end=ended.append) is None
+    assert probe.start(on_end=ended.append, worker=TRAIN) is None
     pid = probe.pid
     assert pid is not None
     try:
@@ -137,10 +139,29 @@ def test_the_probe_reports_the_sender_and_ends_with_its_pipe() -> None:
         os.kill(pid, 0)
 
 
+def test_the_probe_has_the_workers_command_line_and_no_path_of_the_project() -> None:
+    """A sender that picks processes by command line (``pkill -f``) reaches the probe exactly
+    when it reaches the workers: ``torchrun_jsc`` only where the worker's command has it."""
+    probe = signal_probe.Probe([USR1])
+    assert probe.start(on_end=lambda why: None, worker=TRAIN) is None
+    pid = probe.pid
+    assert pid is not None
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        assert words == [sys.executable, "-I", "-S", "-c", signal_probe.CODE, *TRAIN]
+        assert "torchrun_jsc" not in signal_probe.CODE.lower()
+        time.sleep(0.3)
+        os.kill(pid, signal.SIGUSR1)
+        _until(lambda: bool(probe.receipts))
+        assert [r.signum for r in probe.receipts] == [USR1]
+    finally:
+        probe.stop()
+
+
 def test_a_probe_that_dies_is_reported() -> None:
     ended: List[str] = []
     probe = signal_probe.Probe([USR1])
-    assert probe.start(on_end=ended.append) is None
+    assert probe.start(on_end=ended.append, worker=TRAIN) is None
     assert probe.pid is not None
     os.kill(probe.pid, signal.SIGKILL)
     _until(lambda: bool(ended))
@@ -154,7 +175,7 @@ def test_a_probe_that_cannot_start_says_why_and_leaves_the_mask(
 ) -> None:
     monkeypatch.setattr(sys, "executable", "/nonexistent/python")
     probe = signal_probe.Probe([USR1])
-    problem = probe.start(on_end=lambda why: None)
+    problem = probe.start(on_end=lambda why: None, worker=TRAIN)
     assert problem is not None and problem.startswith("the signal probe did not start (")
     assert not probe.running and probe.pid is None
     assert not _blocked(os.getpid()) & (1 << (USR1 - 1))
@@ -174,10 +195,15 @@ def test_forward_signals_passes_the_signal_on_and_is_undone(
     handler = signal.getsignal(signal.SIGUSR2)
     assert callable(handler)
     handler(signal.SIGUSR2, None)  # type: ignore[operator]
-    assert sent == [], "not before the probe had its time"
-    _until(lambda: sent == [USR2], LATER + 5)
+    _until(lambda: sent == [USR2], 5)  # no worker yet, no probe: at once
+    workers.starting(TRAIN)  # worker_start, before torch's first worker
+    handler(signal.SIGUSR2, None)  # type: ignore[operator]
+    time.sleep(0.2)
+    assert sent == [USR2], "not before the probe had its time"
+    _until(lambda: sent == [USR2, USR2], LATER + 5)
     patches.restore_all()
     assert signal.getsignal(signal.SIGUSR2) == before
+    workers.starting(TRAIN)  # no longer heard
 
 
 # --------------------------------------------------------------------------- an agent
@@ -199,11 +225,14 @@ from torchrun_jsc.patches.forward_signals import Forwarder
 from torchrun_jsc.runtime import workers
 setup({})
 forwarder = Forwarder([signal.SIGUSR1, signal.SIGUSR2])  # what install does, without torch
-assert forwarder.start() is None
+forwarder.start()
+workers.before_start(forwarder.starting)
 for number in forwarder.signals:
     signal.signal(number, forwarder.noted)
 assert "torch" not in sys.modules
-worker = subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True)
+command = [sys.executable, "-c", sys.argv[1]]
+workers.starting(command)  # what worker_start does
+worker = subprocess.Popen(command, start_new_session=True)
 workers.register(worker)
 print("READY", worker.pid, flush=True)
 sys.stdin.read()
@@ -233,10 +262,20 @@ def _group(agent: int) -> None:  # the task's process group: proctrack/pgid
     os.killpg(os.getpgid(agent), signal.SIGUSR1)
 
 
+def _by_command(agent: int, word: bytes) -> None:  # pkill -f <word>, in the agent's tree only
+    for pid in [agent, *_descendants(agent)]:
+        if word in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGUSR1)
+
+
 SENDERS: Dict[str, Callable[[int], None]] = {
     "step": _step,
     "agent-only": _agent_only,
     "process-group": _group,
+    # a word of the launcher's command line only (as `pkill -f torchrun_jsc`)
+    "launcher-name": lambda agent: _by_command(agent, b"import Forwarder"),
+    # a word of the worker's command line, which the launcher's has too (`pkill -f train.py`)
+    "worker-name": lambda agent: _by_command(agent, b"GOT {signal"),
 }
 
 
@@ -246,6 +285,8 @@ SENDERS: Dict[str, Callable[[int], None]] = {
         ("step", "signalled the workers too; not passed on"),
         ("agent-only", "passed SIGUSR1 on to 1 worker(s)"),
         ("process-group", "passed SIGUSR1 on to 1 worker(s)"),
+        ("launcher-name", "passed SIGUSR1 on to 1 worker(s)"),
+        ("worker-name", "signalled the workers too; not passed on"),
     ],
 )
 def test_an_agents_worker_gets_a_signal_once_whoever_sent_it(how: str, says: str) -> None:

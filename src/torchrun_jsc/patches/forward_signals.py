@@ -4,9 +4,10 @@ them is the training script's).
 
 The agent's handler only notes the signal; a thread decides
 (:mod:`torchrun_jsc.runtime.direct_signals`): when the signal probe
-(:mod:`torchrun_jsc.runtime.signal_probe`) got the same signal, its sender reached the workers
-too and the agent leaves it; otherwise the agent passes it on to the workers that
-``worker_start`` registers. torch's handlers for other signals stay as they are."""
+(:mod:`torchrun_jsc.runtime.signal_probe`, started with the command line of the first worker
+``worker_start`` sees) got the same signal, its sender reached the workers too and the agent
+leaves it; otherwise the agent passes it on to the workers that ``worker_start`` registers.
+torch's handlers for other signals stay as they are."""
 
 from __future__ import annotations
 
@@ -30,10 +31,9 @@ def install(signals: Sequence[str]) -> None:
     """Pass ``signals`` (names, e.g. ``SIGUSR1``) on to the workers that did not get them."""
     verified(CHECKS)
     forwarder = Forwarder([int(getattr(signal, name)) for name in signals])
-    problem = forwarder.start()
-    if problem is not None:
-        forwarder.without_probe(problem)
+    forwarder.start()
     on_restore(forwarder.stop)
+    on_restore(workers.before_start(forwarder.starting))
     for number in forwarder.signals:
         on_restore(_restorer(number, signal.signal(number, forwarder.noted)))
 
@@ -54,13 +54,23 @@ class Forwarder:
         self.probe = Probe(self.signals)
         self._noted: queue.Queue[Optional[Tuple[int, float]]] = queue.Queue()
         self._thread: Optional[threading.Thread] = None
+        self._probed = False
 
-    def start(self) -> Optional[str]:
-        """Start the probe and the thread; None, or why there is no probe."""
-        problem = self.probe.start(on_end=self.without_probe)
+    def start(self) -> None:
+        """Start the thread. Until the probe starts (:meth:`starting`) there is no worker, and a
+        signal is passed on at once (to none)."""
         self._thread = threading.Thread(target=self._run, daemon=True, name="trjsc-signals")
         self._thread.start()
-        return problem
+
+    def starting(self, worker: Sequence[str]) -> None:
+        """A worker with the command line ``worker`` is about to start: the first time, start the
+        probe with that command line."""
+        if self._probed:
+            return
+        self._probed = True
+        problem = self.probe.start(on_end=self.without_probe, worker=worker)
+        if problem is not None:
+            self.without_probe(problem)
 
     def noted(self, signum: int, frame: Any) -> None:
         """The signal handler: note the signal and when it came; the thread does the rest."""

@@ -1,4 +1,5 @@
-"""All versions: register every worker torch starts (so signals can be passed on to it), hand it
+"""All versions: register every worker torch starts (so signals can be passed on to it; its
+command line goes to :func:`~torchrun_jsc.runtime.workers.starting` first), hand it
 to this agent's orphan watcher (:mod:`torchrun_jsc.runtime.orphans`: it dies with the agent,
 even by SIGKILL), and, before torch 2.2, start it in its own session as torch 2.2+ does."""
 
@@ -43,6 +44,7 @@ def install(kill_orphans: bool, new_session: bool) -> None:
 
     @functools.wraps(original)
     def _popen(self: Any, args: Tuple[str, ...], env: Dict[str, str]) -> Any:
+        workers.starting(args)
         if new_session:  # what torch 2.2+ does: the worker leads a session of its own
             proc = subprocess.Popen(
                 args=args,

@@ -1,14 +1,17 @@
 """The signal probe: a process placed like the workers that reports every SIGUSR1/SIGUSR2 it
 gets, so the agent can tell whether a signal's sender reached the workers too.
 
-The agent starts it once (``python -I -S <this file> SIGUSR1 SIGUSR2``) as a child of its own,
-in a session of its own, in the agent's cgroup: where Slurm (or anyone) sends a signal to the
-processes of a step, the probe is among them exactly when the workers are. It waits for the
-signals with ``sigwaitinfo`` (they are blocked from its start on) and writes one line per
-signal to its standard output, a pipe to the agent: ``<number> <time.monotonic()> <sender pid>
-<sender's name>``. It ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT (a job's ending is the
-agent's business) and ends when its standard input, a pipe whose only writer is the agent,
-closes, however the agent ends. This file runs as that program, with the standard library only.
+The agent starts it once, just before its first worker, as a child of its own, in a session of
+its own, in the agent's cgroup, with the worker's command line after its own
+(``python -I -S -c <CODE> <worker's argv>``; :data:`CODE` runs this file, named in the
+environment with the signals, so no path of the project is on the command line): where Slurm
+(or anyone, ``pkill -f`` included) sends a signal to the processes of a step or of a command,
+the probe is among them exactly when the workers are. It waits for the signals with
+``sigwaitinfo`` (they are blocked from its start on) and writes one line per signal to its
+standard output, a pipe to the agent: ``<number> <time.monotonic()> <sender pid> <sender's
+name>``. It ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT (a job's ending is the agent's business)
+and ends when its standard input, a pipe whose only writer is the agent, closes, however the
+agent ends. This file runs as that program, with the standard library only.
 """
 
 from __future__ import annotations
@@ -21,13 +24,18 @@ import time
 
 TYPE_CHECKING = False  # not typing's: the probe starts without importing typing
 if TYPE_CHECKING:
-    from typing import IO, Callable, List, Optional, Sequence
+    from typing import IO, Callable, List, MutableMapping, Optional, Sequence
 
     from .direct_signals import Receipt
 
 
 #: Signals the probe ignores: they end a job, and ending is the agent's business.
 IGNORED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+#: The environment variables that name this file and the signals (comma-separated) to the probe.
+PROGRAM_VARIABLE = "SIGNAL_PROBE_PROGRAM"
+SIGNALS_VARIABLE = "SIGNAL_PROBE_SIGNALS"
+#: The probe's program on its command line: runs the file :data:`PROGRAM_VARIABLE` names.
+CODE = f"import os,runpy;runpy.run_path(os.environ.pop('{PROGRAM_VARIABLE}'),run_name='__main__')"
 
 
 def sender_name(pid: int) -> str:
@@ -59,9 +67,15 @@ def parse_line(line: str) -> Optional[Receipt]:
     return Receipt(int(parts[0]), at, int(parts[2]), parts[3].strip())
 
 
-def main(argv: List[str]) -> int:
-    """The probe: ``signal_probe.py SIGUSR1 [SIGUSR2]``."""
-    numbers = {int(getattr(signal, name)) for name in argv[1:]}
+def command_line(worker: Sequence[str]) -> List[str]:
+    """The probe's command line, for a worker whose command line is ``worker``."""
+    return [sys.executable, "-I", "-S", "-c", CODE, *worker]
+
+
+def main(environ: MutableMapping[str, str]) -> int:
+    """The probe, for the signals :data:`SIGNALS_VARIABLE` names (``SIGUSR1,SIGUSR2``)."""
+    names = environ.pop(SIGNALS_VARIABLE, "")
+    numbers = {int(getattr(signal, name)) for name in names.split(",") if name}
     signal.pthread_sigmask(signal.SIG_BLOCK, numbers)  # the agent started it so already
     for name in IGNORED:
         signal.signal(getattr(signal, name), signal.SIG_IGN)
@@ -100,17 +114,19 @@ class Probe:
         self._reader: Optional[threading.Thread] = None
         self._signals = tuple(signals)
 
-    def start(self, on_end: Callable[[str], None]) -> Optional[str]:
-        """Start the probe; None, or why it could not start. ``on_end(why)`` is called if it
-        ends before :meth:`stop`."""
+    def start(self, on_end: Callable[[str], None], worker: Sequence[str]) -> Optional[str]:
+        """Start the probe with the command line of a worker, ``worker``; None, or why it could
+        not start. ``on_end(why)`` is called if it ends before :meth:`stop`."""
         import subprocess
 
-        names = [signal.Signals(s).name for s in self._signals]
+        names = ",".join(signal.Signals(s).name for s in self._signals)
+        env = {**os.environ, PROGRAM_VARIABLE: os.path.abspath(__file__), SIGNALS_VARIABLE: names}
         read, write = os.pipe()  # close on exec: only the probe gets ``read``
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, self._signals)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", os.path.abspath(__file__), *names],
+                command_line(worker),
+                env=env,
                 stdin=read,
                 stdout=subprocess.PIPE,
                 start_new_session=True,
@@ -165,4 +181,4 @@ class Probe:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main(os.environ))

@@ -15,13 +15,32 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 _lock = threading.Lock()
+_before: List[Callable[[Sequence[str]], None]] = []
 _procs: Dict[int, Any] = {}
 _exits: Dict[int, float] = {}
 _stopped: Dict[int, bool] = {}
 _oom_baseline: Optional[int] = None
+
+
+def before_start(callback: Callable[[Sequence[str]], None]) -> Callable[[], None]:
+    """Have ``callback(command)`` called with each worker's command line just before the worker
+    starts; returns what ends that."""
+    _before.append(callback)
+
+    def end() -> None:
+        if callback in _before:
+            _before.remove(callback)
+
+    return end
+
+
+def starting(command: Sequence[str]) -> None:
+    """A worker with the command line ``command`` is about to start (``worker_start``)."""
+    for callback in list(_before):
+        callback(command)
 
 
 def register(proc: Any) -> None:
