@@ -21,7 +21,9 @@ import pytest
 
 from tests.cluster.conftest import torch_label
 from tests.cluster.harness import Cluster
+from tests.cluster.runs import split_labeled
 from tests.cluster.scenarios import (
+    TRAIN,
     Job,
     assert_training_ok,
     busy,
@@ -211,58 +213,133 @@ def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
 # --------------------------------------------------------------------------- signals
 
 
+#: What an agent says for a SIGUSR1 it passed on, and for one whose sender signalled the
+#: workers too (the sender's name in the group).
+PASSED_ON = r"torchrun_jsc: passed SIGUSR1 on to 1 worker\(s\)"
+SENT_TOO = (
+    r"torchrun_jsc: SIGUSR1 from pid \d+ \({}\), which signalled the workers too; not passed on"
+)
+
+
+def assert_once(outputs: Dict[int, str], said: str) -> None:
+    """Every node's worker got SIGUSR1 once, and its agent said ``said`` (a pattern) once."""
+    assert sorted(outputs) == [0, 1, 2, 3], "\n".join(outputs.values())[-4000:]
+    for i, text in outputs.items():
+        got = [ln for ln in text.splitlines() if ln.startswith("TRJSC_SIGNAL ")]
+        assert len(got) == 1 and "signal=SIGUSR1" in got[0], f"node{i}: {got}\n{text[-3000:]}"
+        lines = [ln for ln in text.splitlines() if "SIGUSR1" in ln and "torchrun_jsc:" in ln]
+        assert len(lines) == 1 and re.search(said, lines[0]), f"node{i}: {lines}\n{text[-3000:]}"
+
+
+def agents_signalled(cluster: Cluster, jobs: List[Job], send: Callable[[Job], None]) -> Job:
+    """Agents without Slurm, trained 12 s, ``send`` SIGUSR1 once training runs; all end 0."""
+    job = training(cluster, jobs, TRJSC_TRAIN_SECONDS="12", TRJSC_SIGNALS="1")
+    send(job)
+    job.wait_exit([0, 1, 2, 3], 150)
+    assert [job.procs[i].returncode for i in range(4)] == [0, 0, 0, 0], str(job)
+    return job
+
+
+def slurm_signalled(cluster: Cluster, send: Callable[[str, int], None]) -> Dict[int, str]:
+    """A 4-node sbatch job trained 15 s; ``send(jobid, srun pid)`` SIGUSR1 once training runs on
+    every node; the job completes. Each task's output."""
+    script = cluster.workdir / "usr1.sbatch"  # type: ignore[operator]
+    command = " ".join(argv(cluster))
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"
+        "export TRJSC_TRAIN_SECONDS=15 TRJSC_SIGNALS=1\n"
+        f"srun --label bash -c 'TORCHRUN_JSC_NODE_RANK=$SLURM_NODEID exec \"$@\"' x {command} &\n"
+        'echo "TRJSC_SRUN pid=$!"\nwait $!\n'
+    )
+    jobid = cluster.sbatch(script)
+    out = cluster.job_output_path(jobid)
+    deadline = time.monotonic() + 150
+    while out.read_text().count("TRJSC_TRAINING") < 4 if out.exists() else True:
+        assert time.monotonic() < deadline, out.read_text() if out.exists() else "no output"
+        time.sleep(0.5)
+    found = re.search(r"^TRJSC_SRUN pid=(\d+)$", out.read_text(), re.MULTILINE)
+    assert found is not None, out.read_text()
+    send(jobid, int(found.group(1)))
+    state, code = cluster.wait_job(jobid, timeout=150)
+    text = out.read_text()
+    assert (state, code) == ("COMPLETED", 0), text[-4000:]
+    return split_labeled(text)
+
+
 @FIRST_ONLY
 def test_sigusr1_to_every_agent_reaches_every_worker_once(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
     """``kill -USR1`` to the agents only: the workers do not get it, so each agent passes it on
     (its signal probe got nothing), once."""
-    job = training(jsc_cluster, job_cleanup, TRJSC_TRAIN_SECONDS="12", TRJSC_SIGNALS="1")
-    for proc in job.procs.values():
-        os.kill(proc.pid, signal.SIGUSR1)
-    job.wait_exit([0, 1, 2, 3], 150)
-    assert [job.procs[i].returncode for i in range(4)] == [0, 0, 0, 0], str(job)
-    for i in range(4):
-        got = [ln for ln in job.output(i).splitlines() if ln.startswith("TRJSC_SIGNAL")]
-        assert len(got) == 1 and "signal=SIGUSR1" in got[0], f"node{i}: {got}\n{job}"
-        said = job.output(i).count("torchrun_jsc: passed SIGUSR1 on to 1 worker(s)")
-        assert said == 1, f"node{i}\n{job}"
+
+    def send(job: Job) -> None:
+        for proc in job.procs.values():
+            os.kill(proc.pid, signal.SIGUSR1)
+
+    job = agents_signalled(jsc_cluster, job_cleanup, send)
+    assert_once({i: job.output(i) for i in range(4)}, PASSED_ON)
 
 
 def test_scancel_signal_usr1_reaches_every_worker_once(jsc_cluster: Cluster) -> None:
     """Slurm's own delivery (what ``--signal=USR1@T`` does before the time limit): with
     proctrack/linuxproc slurmstepd signals every process of the step, the workers included, so
     the agents must not pass it on again (docs/how-it-works.md#signals)."""
-    script = jsc_cluster.workdir / "usr1.sbatch"  # type: ignore[operator]
-    command = " ".join(argv(jsc_cluster))
-    script.write_text(
-        "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"
-        "export TRJSC_TRAIN_SECONDS=15 TRJSC_SIGNALS=1\n"
-        f"srun --label bash -c 'TORCHRUN_JSC_NODE_RANK=$SLURM_NODEID exec \"$@\"' x {command}\n"
-    )
-    jobid = jsc_cluster.sbatch(script)
-    out = jsc_cluster.job_output_path(jobid)
-    deadline = time.monotonic() + 150
-    while out.read_text().count("TRJSC_TRAINING") < 4 if out.exists() else True:
-        assert time.monotonic() < deadline, out.read_text() if out.exists() else "no output"
-        time.sleep(0.5)
-    signalled = jsc_cluster.login(["scancel", "--signal=USR1", jobid], timeout=30)
-    assert signalled.returncode == 0, signalled.output
-    state, code = jsc_cluster.wait_job(jobid, timeout=150)
-    text = out.read_text()
-    assert (state, code) == ("COMPLETED", 0), text[-4000:]
-    ranks = sorted(
-        m.group(1) for m in re.finditer(r"TRJSC_SIGNAL host=\S+ rank=(\d+) signal=SIGUSR1", text)
-    )
-    assert ranks == ["0", "1", "2", "3"], text[-4000:]
-    left = re.findall(
-        r"^(\d+): torchrun_jsc: SIGUSR1 from pid \d+ \(slurmstepd\), which signalled the"
-        r" workers too; not passed on$",
-        text,
-        re.MULTILINE,
-    )
-    assert sorted(left) == ["0", "1", "2", "3"], text[-4000:]
-    assert "passed SIGUSR1 on" not in text, text[-4000:]
+
+    def send(jobid: str, srun: int) -> None:
+        signalled = jsc_cluster.login(["scancel", "--signal=USR1", jobid], timeout=30)
+        assert signalled.returncode == 0, signalled.output
+
+    assert_once(slurm_signalled(jsc_cluster, send), SENT_TOO.format("slurmstepd"))
+
+
+def _pkill(cluster: Cluster, job: Job) -> None:
+    """``pkill -USR1 -f torchrun_jsc`` in each node (its network namespace: the nodes share the
+    machine's processes); it names what it signalled."""
+    for i, proc in job.procs.items():
+        pkill = ["pkill", "-USR1", "-e", "-f", "torchrun_jsc", "--ns", str(proc.pid)]
+        done = cluster.node_exec(i, [*pkill, "--nslist", "net"])
+        out, err = done.communicate(timeout=30)
+        assert done.returncode == 0 and f"(pid {proc.pid})" in out, f"node{i}: {out}{err}"
+        print(f"node{i}: {' '.join(out.split())}")
+
+
+def _groups(job: Job) -> None:
+    """``kill -USR1 -<pgid>`` for each agent's process group (node_exec: each leads its own)."""
+    for proc in job.procs.values():
+        os.killpg(os.getpgid(proc.pid), signal.SIGUSR1)
+
+
+@pytest.mark.parametrize(
+    "sender",
+    [
+        # by the launcher's name: the agents and their orphan watchers (which ignore it), not
+        # the probes, which have the workers' command line
+        "pkill-f-torchrun_jsc",
+        # the agents' process groups (kill -USR1 -<pgid>): each agent alone
+        pytest.param("process-group", marks=FIRST_ONLY),
+        # srun passes it on: slurmstepd signals every process of the step
+        pytest.param("srun", marks=FIRST_ONLY),
+    ],
+)
+def test_sigusr1_from_each_sender_reaches_every_worker_once(
+    jsc_cluster: Cluster, job_cleanup: List[Job], sender: str
+) -> None:
+    """Whoever sends SIGUSR1 to the agents, each worker gets it once and training completes."""
+    if sender == "srun":
+        outputs = slurm_signalled(jsc_cluster, lambda jobid, srun: os.kill(srun, signal.SIGUSR1))
+        assert_once(outputs, SENT_TOO.format("slurmstepd"))
+        return
+    if sender == "process-group":
+        job = agents_signalled(jsc_cluster, job_cleanup, _groups)
+        said = PASSED_ON
+    else:
+        job = agents_signalled(jsc_cluster, job_cleanup, lambda job: _pkill(jsc_cluster, job))
+        # a worker whose command line names torchrun_jsc (a clone in such a folder) gets it from
+        # pkill, and so does the probe
+        named = "torchrun_jsc" in f"{jsc_cluster.python} {TRAIN}"
+        said = SENT_TOO.format("pkill") if named else PASSED_ON
+    assert_once({i: job.output(i) for i in range(4)}, said)
 
 
 # --------------------------------------------------------------------------- no false alarm
