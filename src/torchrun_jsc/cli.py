@@ -86,6 +86,7 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
     carry_out(plan)
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
     try:
         run.main(list(plan.argv))
@@ -93,6 +94,37 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         if not any(p.name == "stop_signal" for p in plan.patches):
             raise
         _stopped_by(int(exc.sigval), env)
+    except RendezvousConnectionError as exc:
+        endpoint = request.endpoint.text if request.endpoint is not None else None
+        line = port_in_use(exc, endpoint)
+        if line is None:
+            raise
+        print(f"torchrun_jsc: error: {line}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+#: What torch's store (all versions) says when its port is taken.
+_IN_USE = ("EADDRINUSE", "Address already in use", "address already in use")
+
+
+def port_in_use(exc: BaseException, endpoint: Optional[str]) -> Optional[str]:
+    """The line for a rendezvous host whose store cannot listen because its port is taken
+    (torch's error, or one it was raised from, says so), else None."""
+    seen: Optional[BaseException] = exc
+    for _ in range(8):  # the chain of causes is short; bounded all the same
+        if seen is None:
+            return None
+        if any(word in str(seen) for word in _IN_USE):
+            break
+        seen = seen.__cause__ or seen.__context__
+    else:
+        return None
+    where = f"--rdzv_endpoint={endpoint}" if endpoint else "the rendezvous endpoint"
+    return (
+        f"the rendezvous host cannot listen on the port of {where}: the port is already in use"
+        " on this node (another job's rendezvous, or another program); choose another port"
+        " in --rdzv_endpoint, one of this job's own (e.g. 29500 + SLURM_JOB_ID % 1000)"
+    )
 
 
 def _early_stops(prepared: Prepared) -> None:

@@ -47,6 +47,7 @@ def findings(request: Request, facts: NodeFacts, role: Role) -> List[Finding]:
     """Every guard's findings for this launch, in a fixed order."""
     return [
         *shape_findings(request),
+        *port_zero_findings(request),
         *slurm_findings(request),
         *path_findings(request, facts),
         *affinity_findings(request, facts),
@@ -135,6 +136,37 @@ def path_findings(request: Request, facts: NodeFacts) -> List[Finding]:
             )
         )
     return found
+
+
+def port_zero_findings(request: Request) -> List[Finding]:
+    """``--rdzv_endpoint=host:0`` for more than one node: the host's store listens on a port
+    the kernel picks, which no other node can know (one node, and ``--standalone``, are fine)."""
+    options, endpoint = request.options, request.endpoint
+    if options is None or endpoint is None or endpoint.port != 0 or not options.multi_node:
+        return []
+    fixed = f"--rdzv_endpoint={_bracketed(endpoint.host)}:29500"
+    if options.min_nodes < 2:
+        return [
+            Finding(
+                "warn",
+                f"--rdzv_endpoint={endpoint.text} with --nnodes={options.nnodes}: port 0 makes the"
+                " rendezvous host listen on a port the kernel picks, which no other node can"
+                f" know, so this node trains alone; give a fixed port every node uses ({fixed})",
+            )
+        ]
+    return [
+        Finding(
+            "stop",
+            f"--rdzv_endpoint={endpoint.text} with --nnodes={options.nnodes} can never start:"
+            " port 0 makes the rendezvous host listen on a port the kernel picks, which no other"
+            f" node can know, so each node waits alone until join_timeout ({JOIN_TIMEOUT} s);"
+            f" give a fixed port every node uses ({fixed}; port 0 suits one node only)",
+        )
+    ]
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _loopback_rendezvous(request: Request) -> Optional[str]:

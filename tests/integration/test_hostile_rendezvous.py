@@ -89,3 +89,20 @@ def test_sigterm_in_the_first_second_is_one_line(after: float) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     assert err.strip().splitlines() == ["torchrun_jsc: stopped by SIGTERM; no worker had started"]
+
+
+def test_a_second_host_on_a_taken_port_is_one_line() -> None:
+    port = free_port()
+    first = start(agent(f"127.0.0.1:{port}", "is_host=1"))
+    try:
+        time.sleep(8)  # the first host's store listens
+        second = start(agent(f"127.0.0.1:{port}", "is_host=1"))
+        _, err = second.communicate(timeout=60)
+    finally:
+        first.kill()
+        first.communicate()
+    assert second.returncode == 1, err
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("torchrun_jsc: error: the rendezvous host cannot listen"), err
+    assert f"127.0.0.1:{port}" in last and "already in use" in last

@@ -132,3 +132,32 @@ def test_waiting_for_the_host_knocks_first_and_says_so_at_once(
         "torchrun_jsc: waiting for the rendezvous host node0i:29500 since 0 s"
     )
     assert len(waits) == 2  # at once, then after 30 s
+
+
+def _raised_from(inner: BaseException) -> BaseException:
+    try:
+        try:
+            raise inner
+        except RuntimeError as exc:
+            raise ValueError("The connection to the C10d store has failed.") from exc
+    except ValueError as outer:
+        return outer
+
+
+@pytest.mark.parametrize(
+    ("inner", "named"),
+    [
+        ("failed to listen ... code: -98, name: EADDRINUSE, message: address already in use", 1),
+        ("failed to bind to 0.0.0.0:29632 (errno: 98 - Address already in use).", 1),
+        ("The client socket has timed out after 60000ms", 0),
+    ],
+)
+def test_a_taken_port_is_named_in_one_line(inner: str, named: int) -> None:
+    from torchrun_jsc.cli import port_in_use
+
+    line = port_in_use(_raised_from(RuntimeError(inner)), "127.0.0.1:29632")
+    if named:
+        assert line is not None and "--rdzv_endpoint=127.0.0.1:29632" in line
+        assert "already in use" in line and "choose another port" in line
+    else:
+        assert line is None
