@@ -62,7 +62,8 @@ REQUEUE_VARIABLES: Tuple[Variable, ...] = (
             "After a failure of the training script itself (a worker's exit code, every node"
             " alive), a run that ended sooner than this after its agents started is not"
             " requeued (a script that fails at once would be requeued again and again). A lost"
-            " node and Slurm's warning requeue whatever the run's length."
+            " node requeues whatever the run's length, Slurm's warning after the run's first"
+            " 60 s (or this, if shorter)."
         ),
         short="seconds 0..86400",
     ),

@@ -101,6 +101,15 @@ def test_the_requeue_judges_by_cause(
     assert (why in found.why_not) if why else found.why_not == ""
 
 
+@pytest.mark.parametrize(
+    "min_run, ran, requeue", [(0.0, 5.0, True), (30.0, 29.0, False), (30.0, 31.0, True)]
+)
+def test_the_early_warning_window_is_at_most_the_minimum_run(
+    min_run: float, ran: float, requeue: bool
+) -> None:
+    assert verdict(B._replace(min_run=min_run), ran, WARNING).requeue is requeue
+
+
 def test_the_stop_code_is_the_setting_and_none_switches_it_off() -> None:
     assert not verdict(B._replace(stop_code=3), 9000.0, SCRIPT, (WORKER_3,)).requeue
     assert verdict(B._replace(stop_code=None), 9000.0, SCRIPT, (WORKER_99,)).requeue

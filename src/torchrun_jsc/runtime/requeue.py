@@ -5,8 +5,9 @@ The requeue (``TORCHRUN_JSC_REQUEUE=1``) judges by cause, within ``TORCHRUN_JSC_
 requeues of one job (Slurm's ``SLURM_RESTART_COUNT`` counts them):
 
 * Slurm's warning signal before the time limit (``--signal=USR1@300``): requeued whatever the
-  run's length, but not in the run's first :data:`EARLY_WARNING` seconds (``--signal``'s offset
-  is then longer than the job's time limit, and every run would end so).
+  run's length, but not in the run's first :data:`EARLY_WARNING` seconds, nor, if shorter, its
+  first ``TORCHRUN_JSC_REQUEUE_MIN_RUN`` seconds (``--signal``'s offset is then longer than the
+  job's time limit, and every run would end so).
 * a node lost (declared lost by the job watch, or vanished) that the next run leaves out:
   requeued whatever the run's length; not by a group too small to go on (the others may be
   training on) unless Slurm says the lost nodes are down.
@@ -93,7 +94,8 @@ class Verdict(NamedTuple):
 WARNING = "warning"
 LOST_NODE = "lost node"
 SCRIPT = "script"
-#: Slurm's warning this early in a run (seconds) is refused: the offset is too long.
+#: Slurm's warning this early in a run (seconds; at most the minimum run) is refused: the
+#: offset is too long.
 EARLY_WARNING = 60.0
 
 
@@ -116,7 +118,7 @@ def verdict(
             f"{budget.most})",
         )
     if cause == WARNING:
-        if ran < EARLY_WARNING:
+        if ran < min(EARLY_WARNING, budget.min_run):
             return Verdict(
                 False,
                 f"Slurm's warning ({budget.signal}) came {ran:.0f} s into the run: --signal's"
