@@ -142,6 +142,32 @@ def test_a_loss_counts_the_live_spares_of_those_the_job_had_when_the_round_forme
     assert (event.spares, event.known, event.known_live) == (2, 2, 1)
 
 
+def test_members_lost_one_scan_apart_are_counted_together_until_the_next_round() -> None:
+    """A loss found one scan after an earlier one of the same round carries the earlier ones
+    (``gone``): the majority rule judges the round's whole loss, not each event alone."""
+    p = protocol()
+    posted: List[watch.Event] = []
+    current = Round("me", ["k1", "k2", "k3", "me"], True, True, recovery=True)
+    beats = Heartbeats(p, 10.0, posted.append, lambda: None, lambda: current, threading.Event())
+    beats._scan(current)
+    beats.tracker._changed["k1"] -= 11.0
+    beats._scan(current)
+    beats.rewatch(posted[-1].keys)  # type: ignore[union-attr]
+    beats.tracker._changed["k2"] -= 11.0
+    beats._scan(current)
+    first, second = posted
+    assert isinstance(first, watch.MembersLost) and isinstance(second, watch.MembersLost)
+    beats.rewatch(second.keys)
+    assert (first.keys, first.gone) == (("k1",), 0)
+    assert (second.keys, second.members, second.gone) == (("k2",), 4, 1)
+    current = Round("me", ["k2", "k3", "me"], True, True, recovery=True)  # the next round
+    beats._scan(current)
+    beats.tracker._changed["k3"] -= 11.0
+    beats._scan(current)
+    assert isinstance(posted[-1], watch.MembersLost)
+    assert (posted[-1].keys, posted[-1].members, posted[-1].gone) == (("k3",), 3, 0)
+
+
 def _session(store: FakeStore, serving: bool) -> Session:
     node = Node(hostname="node1", node_rank=1, is_host=serving, run_id="r")
     session = Session(node=node)

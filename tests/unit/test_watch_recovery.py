@@ -55,6 +55,7 @@ def lost(
     keys: int = 1,
     known: Optional[int] = None,
     known_live: Optional[int] = None,
+    gone: int = 0,
 ) -> MembersLost:
     """``keys`` of ``members`` lost, ``spares`` waiting; the job had ``known`` spares when the
     round formed (default: the waiting ones), ``known_live`` of them still beat (default: all
@@ -69,6 +70,7 @@ def lost(
         1000.0,
         left,
         members=members,
+        gone=gone,
         spares=spares,
         known=known,
         known_live=min(spares, known) if known_live is None else known_live,
@@ -144,6 +146,24 @@ TABLE = [
         "cannot go on: 1 of the job's 4 nodes is left here, and going on needs 3 (a majority;"
         " 2 with the rendezvous host): the others may be training on without this node;"
         " stopping the job",
+    ),
+    (
+        "the third of four lost one scan after the other two: 1 of 4 is left, not 3 of 4",
+        ANY_SIZE,
+        RESTARTING,
+        lost(spares=0, keys=1, gone=2),
+        MINORITY._replace(answer=Ask.STOP),
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+        "cannot go on: 1 of the job's 4 nodes is left here, and going on needs 3",
+    ),
+    (
+        "the second of four lost one scan after the first, --nnodes=3:4: 2 left, too few",
+        SMALLER,
+        RESTARTING,
+        lost(spares=0, keys=1, gone=1),
+        STOPPED,
+        ["ZeroRestarts", "Publish", "TellStop", "Say", "StopWorkers"],
+        "cannot go on: 2 nodes left, --nnodes needs at least 3, and no spare waits",
     ),
     (
         "two of four lost: half of the job's nodes, the host among them, go on",

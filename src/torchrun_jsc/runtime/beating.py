@@ -112,6 +112,8 @@ class Heartbeats:
         if not lost:
             return
         known = [s for s in self.waiting if s in current.spares]
+        watched = self.tracker.watched()
+        gone = [k for k in members if k not in watched and k != current.me]
         quiet = self.tracker.quiet_for(lost[0], now)
         who = self.protocol.who(lost[0])
         self.post(
@@ -123,6 +125,7 @@ class Heartbeats:
                 last_seen=time.time() - quiet,
                 restarts_left=current.restarts_left,
                 members=len(members),
+                gone=len(gone),
                 spares=spares,
                 known=len(current.spares),
                 known_live=len(known),

@@ -65,6 +65,10 @@ class Tracker:
                 self._value[key] = None
                 self._changed[key] = now
 
+    def watched(self) -> List[str]:
+        """The members watched now."""
+        return list(self._value)
+
     def finished(self, key: str) -> None:
         """``key``'s workers are done: it may go quiet without being lost."""
         self._done[key] = True

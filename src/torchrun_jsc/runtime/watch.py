@@ -311,7 +311,7 @@ def _outvoted(config: Config, event: MembersLost) -> Optional[str]:
     (:mod:`.quorum`)."""
     if not (config.recovery and event.restarts_left):
         return None
-    left = event.members - len(event.keys) + event.known_live
+    left = event.members - event.gone - len(event.keys) + event.known_live
     return quorum.refusal(left, event.members + event.known, with_host=True)
 
 
@@ -321,7 +321,7 @@ def _cannot_go_on(config: Config, event: MembersLost) -> Optional[str]:
         return f"no restarts left (--max_restarts={config.max_restarts})"
     if not config.recovery:
         return None
-    live = event.members - len(event.keys)
+    live = event.members - event.gone - len(event.keys)
     if live + event.spares >= config.min_nodes:
         return None
     waiting = "no spare waits" if not event.spares else f"only {event.spares} spare(s) wait"

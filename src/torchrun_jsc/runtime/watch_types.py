@@ -163,6 +163,8 @@ class MembersLost(NamedTuple):
     #: The round's size and the live spares waiting (recovery); the spares the job had when
     #: the round formed (``known``) and how many of those still beat (:mod:`.quorum`).
     members: int = 0
+    #: Members of this round declared lost by earlier events (not among ``keys``).
+    gone: int = 0
     spares: int = 0
     known: int = 0
     known_live: int = 0
