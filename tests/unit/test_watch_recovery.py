@@ -172,7 +172,7 @@ TABLE = [
         lost(spares=0, keys=2),
         RESTARTING,
         ["Say", "Rewatch"],
-        "restarting the workers without it",
+        "restarting the workers without them",
     ),
     (
         "three of four lost, one spare known: two of five may not go on",
@@ -190,7 +190,7 @@ TABLE = [
         lost(spares=2, keys=2),
         RESTARTING,
         ["Say", "Rewatch"],
-        "restarting the workers without it",
+        "restarting the workers without them",
     ),
     (
         "two of four lost, two spares known but one of them lost too: three of six go on",
@@ -199,7 +199,7 @@ TABLE = [
         lost(spares=1, keys=2, known=2),
         RESTARTING,
         ["Say", "Rewatch"],
-        "restarting the workers without it",
+        "restarting the workers without them",
     ),
     (
         "two of four lost, both spares known lost too, a new one waits: two of six stop",

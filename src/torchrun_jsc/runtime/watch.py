@@ -288,7 +288,8 @@ def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
     outvoted = _outvoted(config, event)
     reason = outvoted or _cannot_go_on(config, event)
     if (config.recovery or config.elastic) and reason is None and not state.succeeded:
-        restart = Say(f"torchrun_jsc: {lost}; restarting the workers without it")
+        them = "it" if len(event.keys) == 1 else "them"
+        restart = Say(f"torchrun_jsc: {lost}; restarting the workers without {them}")
         hosts = tuple(c for c in state.next_hosts if c.key not in event.keys)
         new = state._replace(phase=Phase.RESTARTING, answer=Ask.RESTART, next_hosts=hosts)
         return new, (restart, Rewatch(event.keys))
