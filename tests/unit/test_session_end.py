@@ -289,6 +289,49 @@ def test_the_end_of_a_thawed_agent_says_it_did_not_run(
     assert lines[-1].startswith("torchrun_jsc: first failure: this node, node0 (node rank 0),")
 
 
+def test_a_thawed_node_told_to_stop_says_first_that_it_did_not_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Thawed inside a heartbeat (a store call when the freeze came): the beat returns the
+    others' stop before either thread has waited again; the stop is their answer to this
+    node's pause, so the pause is what this node says."""
+    from torchrun_jsc.runtime.beating import Watchdog
+
+    session = new_session(2, peer_timeout=10.0)
+    with_store(session)
+    session.state = State(Phase.TRAINING)
+    assert session.protocol is not None
+    session.watchdog = Watchdog(session.protocol, session.post, session.closing)
+    session.watchdog.last -= 95.0
+    monkeypatch.setattr(workers, "stop_all", lambda grace: 0)
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    monkeypatch.setattr("os._exit", lambda code: None)
+    session._told_to_stop()
+    lines = err_lines(capsys)
+    assert lines[0].startswith("torchrun_jsc: this node did not run for 94 s"), lines
+    assert not any("stopped the job;" in ln for ln in lines), lines
+
+
+def test_the_watchdog_keeps_the_pause_until_its_look_is_decided(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another thread asking during the watchdog's post (thawed, it found a stop) still sees
+    the pause; the next look starts from this one."""
+    from torchrun_jsc.runtime.beating import Watchdog
+
+    session = new_session(peer_timeout=10.0)
+    with_store(session)
+    assert session.protocol is not None
+    seen: List[float] = []
+    dog = Watchdog(session.protocol, lambda event: seen.append(dog.paused()), session.closing)
+    dog.last -= 50.0
+    looks = iter([False, True])
+    monkeypatch.setattr(session.closing, "wait", lambda seconds: next(looks))
+    dog.run()
+    assert seen and seen[0] >= 48.0, seen
+    assert dog.paused() < 1.0
+
+
 def test_the_requeue_after_a_failure_hears_of_the_nodes_that_left_earlier_rounds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -188,6 +188,8 @@ class Watchdog:
     def run(self) -> None:
         """The thread's loop, until the process ends."""
         while not self.closing.wait(timing.WATCHDOG_EVERY):
-            paused = self.paused()
-            self.last = time.monotonic()
-            self.post(paused_for(self.protocol, paused))
+            # the last look moves on only after this one is decided: another thread that
+            # asks meanwhile (thawed, it found a stop) still sees the pause
+            now = time.monotonic()
+            self.post(paused_for(self.protocol, max(now - self.last - timing.WATCHDOG_EVERY, 0.0)))
+            self.last = now

@@ -405,7 +405,9 @@ class Session(Ending, FailingOver):
         bounded(lambda: protocol.tell_stop(cause, others), timing.STORE_WAIT)
 
     def _told_to_stop(self) -> None:
-        """This node's heartbeat came back as a stop: read why, then decide."""
+        """This node's heartbeat came back as a stop: read why, then decide (a thawed node
+        says first that it did not run: the stop is the others' answer to that)."""
+        self._look_at_pause()
         protocol = self.protocol
         with self.lock:
             listening = watch.listening(self.state)
