@@ -29,6 +29,7 @@ def prepare(
         cli=cli,
         script=request.script_path,
         log_dir=options.log_dir if options is not None else None,
+        numa=options is not None and options.numa_binding is not None,
     )
     plan = make_plan(request, str(torch.__version__), node)
     return Prepared(request, node, plan)

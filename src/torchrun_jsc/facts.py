@@ -59,6 +59,8 @@ class NodeFacts(NamedTuple):
     #: the script is a module or a program), and why torch cannot use ``--log_dir`` here.
     script_problem: Optional[str] = None
     log_dir_problem: Optional[str] = None
+    #: With ``--numa-binding``: whether ``numactl`` is on this node's PATH (None: not looked).
+    numactl: Optional[bool] = None
     #: Seconds spent gathering (for explain and the benchmark).
     seconds: float = 0.0
 
@@ -78,11 +80,13 @@ def gather(
     cli: Optional[TorchCli] = None,
     script: Optional[str] = None,
     log_dir: Optional[str] = None,
+    numa: bool = False,
 ) -> NodeFacts:
     """Look at this machine: hostname, interfaces and, if given, the endpoint's reachability,
     what ``--local_addr`` names (one look-up, no retry), what torch makes of a
-    ``--nproc_per_node`` word here (it asks the devices), and whether the training script and
-    ``--log_dir`` can be used here."""
+    ``--nproc_per_node`` word here (it asks the devices), whether the training script and
+    ``--log_dir`` can be used here, and (``numa``) whether numactl is on the PATH."""
+    import shutil
     import sys
 
     started = time.monotonic()
@@ -128,6 +132,7 @@ def gather(
         local_addr_own=tuple(a for a in given if network.is_local_address(a)),
         script_problem=script_problem(script) if script is not None else None,
         log_dir_problem=log_dir_problem(log_dir) if log_dir is not None else None,
+        numactl=shutil.which("numactl") is not None if numa else None,
         seconds=time.monotonic() - started,
     )
 

@@ -109,8 +109,8 @@ def shape_findings(request: Request) -> List[Finding]:
 
 
 def path_findings(request: Request, facts: NodeFacts) -> List[Finding]:
-    """A training script python cannot run on this node, and a ``--log_dir`` torch cannot use:
-    every worker, or the agent itself, would stop at once."""
+    """A training script python cannot run on this node, a ``--log_dir`` torch cannot use, and
+    ``--numa-binding`` without numactl: every worker, or the agent itself, would stop at once."""
     options = request.options
     if options is None:
         return []
@@ -133,6 +133,16 @@ def path_findings(request: Request, facts: NodeFacts) -> List[Finding]:
                 f"{options.source('log_dir')} {shown(options.log_dir)} {facts.log_dir_problem},"
                 " so torch's agent would stop as it starts; give a directory, or a path that does"
                 " not exist yet (torch makes it)",
+            )
+        )
+    if options.numa_binding is not None and facts.numactl is False:
+        found.append(
+            Finding(
+                "stop",
+                f"{options.source('numa_binding')}={options.numa_binding}: torch starts every"
+                f" worker under numactl, which is not on the PATH of"
+                f" {facts.hostname or 'this node'}, so every worker would stop at once; install"
+                " numactl there, or leave out --numa-binding",
             )
         )
     return found

@@ -70,6 +70,8 @@ class LaunchOptions(NamedTuple):
     script_is_path: bool = False
     #: ``--log_dir`` (None: not given; torch makes a temporary one).
     log_dir: Optional[str] = None
+    #: ``--numa-binding`` (torch 2.9+; None: not given): torch starts each worker under numactl.
+    numa_binding: Optional[str] = None
 
     @property
     def multi_node(self) -> bool:
@@ -300,6 +302,7 @@ def _options(command: CommandLine, parsed: Parsed) -> LaunchOptions:
         training_script=str(values.get("training_script") or ""),
         script_is_path=not any(values.get(k) for k in ("no_python", "module", "run_path")),
         log_dir=str(values.get("log_dir") or "") or None,
+        numa_binding=str(values.get("numa_binding") or "") or None,
     )
 
 

@@ -196,7 +196,7 @@ VARIABLES: Tuple[Variable, ...] = (
             "multi-node launch started outside `srun`; `--standalone` with `--nnodes=2`; "
             "`--nnodes=2` with a `localhost` rendezvous in a multi-node step; a "
             "`TORCHRUN_JSC_HOST_NODE_RANK` no node has; a training script or `--log_dir` this "
-            "node cannot use) stops with the fix "
+            "node cannot use; `--numa-binding` without numactl) stops with the fix "
             "in the message, or only warns."
         ),
         short="`stop`, `warn`",

@@ -737,8 +737,16 @@ def test_what_python_and_torch_cannot_use_here_is_found(tmp_path: Path) -> None:
             {"log_dir_problem": "cannot be made: /w/out.txt is not a directory"},
             "PET_LOG_DIR 'out.txt/logs' cannot be made: /w/out.txt is not a directory, so",
         ),
+        (
+            ["--numa-binding=node", "train.py"],
+            {},
+            {"numactl": False},
+            "--numa_binding=node: torch starts every worker under numactl, which is not on the"
+            " PATH of node1, so every worker would stop at once; install numactl there, or leave"
+            " out --numa-binding; TORCHRUN_JSC_GUARDS=warn launches anyway",
+        ),
     ],
-    ids=["missing-script", "directory", "log-dir-file", "pet-log-dir-under-a-file"],
+    ids=["missing-script", "directory", "log-dir-file", "pet-log-dir-under-a-file", "numactl"],
 )
 def test_a_script_or_log_dir_this_node_cannot_use_is_refused(
     argv: List[str], env: Dict[str, str], found: Dict[str, str], message: str
@@ -749,6 +757,22 @@ def test_a_script_or_log_dir_this_node_cannot_use_is_refused(
     assert p.refusal is not None and p.refusal.startswith(message), p.refusal
     text = explain.render(Prepared(req, here, p), "text")
     assert f"  REFUSED: {p.refusal}" in text.splitlines() and text.endswith("verdict: refused")
+
+
+def test_numa_binding_with_numactl_on_the_path_is_launched() -> None:
+    req = request([*MULTI, "--numa-binding=socket", "train.py"], {"SLURM_NODEID": "1"})
+    assert req.options is not None and req.options.numa_binding == "socket"
+    assert make_plan(req, "2.13.0", node(1)._replace(numactl=True)).refusal is None
+
+
+def test_numactl_is_looked_for_only_with_numa_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert facts.gather(None, 0.0).numactl is None
+    assert facts.gather(None, 0.0, numa=True).numactl is False
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert facts.gather(None, 0.0, numa=True).numactl is True
 
 
 @pytest.mark.parametrize(
