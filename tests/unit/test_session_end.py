@@ -303,13 +303,13 @@ def test_a_thawed_node_told_to_stop_says_first_that_it_did_not_run(
     assert session.protocol is not None
     session.watchdog = Watchdog(session.protocol, session.post, session.closing)
     session.watchdog.last -= 95.0
-    monkeypatch.setattr(workers, "stop_all", lambda grace: 0)
-    monkeypatch.setattr("time.sleep", lambda seconds: None)
-    monkeypatch.setattr("os._exit", lambda code: None)
+    started: List[str] = []
+    monkeypatch.setattr(session, "_thread", lambda target, name: started.append(name))
     session._told_to_stop()
     lines = err_lines(capsys)
     assert lines[0].startswith("torchrun_jsc: this node did not run for 94 s"), lines
     assert not any("stopped the job;" in ln for ln in lines), lines
+    assert started == ["trjsc-stop"] and session.state.phase == Phase.STOPPING
 
 
 def test_the_watchdog_keeps_the_pause_until_its_look_is_decided(
