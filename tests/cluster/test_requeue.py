@@ -535,3 +535,42 @@ def test_a_requeue_leaves_out_the_nodes_the_job_went_on_without(
     assert all(f"host=node{n} " not in t for t in after for n in (lost, last)), context
     runs = assert_resumed(after, 3, context, steps)
     assert min(r.resumed_from for r in runs.values()) >= 5, context
+
+
+@pytest.mark.first_interpreter_in_ci
+def test_a_host_cut_off_alone_does_not_requeue_while_the_others_go_on(
+    five_cluster: Cluster,
+) -> None:
+    """4 of 5 nodes, ``--nnodes=1:4 --max_restarts=3``, the setting on: the rendezvous host cut
+    off from the other three (a partition; every node still reaches Slurm). Its group of 1 may
+    not go on and may not requeue: Slurm does not say the others are down, and they are
+    training on. The other three hand over, resume from the checkpoint with 3 ranks and
+    complete; the job is never requeued. (srun, on the cut-off node, hears of the other tasks'
+    ends only once the cut heals: Slurm's step traffic crosses the same network here.)"""
+    cluster, name = five_cluster, "cut"
+    job = cluster.sbatch(batch_script(cluster, name, 4, {}, max_restarts=3, nnodes="1:4"))
+    wait_for(cluster, name, 0, 4, "step=12 ", 150)
+    nodes = [host_of(t) for t in outputs(cluster, name, 0, 4)]
+    host = nodes[0]
+    cluster.partition([[host], [i for i in range(5) if i != host]])
+    try:
+        wait_for(cluster, name, 0, 4, "TRJSC_AGENT_EXIT ", 240)
+    finally:
+        cluster.heal()
+    state = wait_ended(cluster, job, 120)
+    context = said(cluster, name, 2, 4, job)
+    assert state in ("COMPLETED", "FAILED"), f"{state}\n{context}"
+    assert job_fields(cluster, job).get("Restarts") == "0", context
+    first = outputs(cluster, name, 0, 4)
+    cut = first[0]
+    assert cut.count("TRJSC_RESUMED ") == 1 and "world=1 " not in cut, context
+    assert "cannot go on: 1 of the job's 4 nodes is left here" in cut, context
+    no = (
+        "torchrun_jsc: no requeue: this node's group was too small to go on, and Slurm does not"
+        " say that the lost nodes are down: they may be training on without it"
+    )
+    assert cut.count(no) == 1 and "TRJSC_AGENT_EXIT rc=1" in cut, context
+    assert "requeue 1 of" not in "".join(first), context
+    assert_resumed(first[1:], 3, context)
+    went_on = "restart 1 of 3: the rendezvous host"
+    assert all(t.count(went_on) == 1 for t in first[1:]), context
