@@ -190,6 +190,8 @@ def read_request(
             _check_multi_node_endpoint(endpoint, options)
             if endpoint.note is not None:
                 notes.append(endpoint.note)
+    elif options.standalone:
+        read_rdzv_conf(options.rdzv_conf)  # torch's own rendezvous for it reads the same
     if untouched is None and endpoint is not None and endpoint.is_loopback:
         untouched = f"endpoint {endpoint.host} is this machine's loopback"
     node_rank, source = _node_rank(settings, options, step, needed=untouched is None)

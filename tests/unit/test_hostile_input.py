@@ -398,6 +398,14 @@ def test_a_rendezvous_timeout_torch_stops_on_is_refused(key: str, value: str, wh
     )
 
 
+def test_a_rendezvous_timeout_torch_stops_on_is_refused_with_standalone_too() -> None:
+    """``--standalone`` makes torch's c10d rendezvous on a local port with the same conf."""
+    with pytest.raises(ConfigError, match="join_timeout='0' is not valid: torch stops on"):
+        request(["--standalone", "--rdzv_conf=join_timeout=0", *SCRIPT])
+    req = request(["--standalone", "--rdzv_conf=join_timeout=+5", *SCRIPT])
+    assert req.options is not None and req.options.standalone
+
+
 @pytest.mark.parametrize(
     ("value", "seconds"), [("+5", 5), ("1_0", 10), ("007", 7), ("\u0665", 5), ("1", 1)]
 )
