@@ -46,7 +46,7 @@ class Role(NamedTuple):
 def findings(request: Request, facts: NodeFacts, role: Role) -> List[Finding]:
     """Every guard's findings for this launch, in a fixed order."""
     return [
-        *shape_findings(request),
+        *shape_findings(request, facts),
         *port_zero_findings(request),
         *slurm_findings(request),
         *path_findings(request, facts),
@@ -70,9 +70,10 @@ def outcome(finding: Finding, settings: Settings) -> Tuple[str, str]:
     return "warn", finding.message
 
 
-def shape_findings(request: Request) -> List[Finding]:
+def shape_findings(request: Request, facts: NodeFacts) -> List[Finding]:
     """Multi-node launches whose agents can never meet: ``--standalone`` with more than one
-    node, and a rendezvous on this machine's loopback in a Slurm step over several nodes."""
+    node, and a rendezvous on this machine's loopback (an address, or a name that resolves to
+    loopback only here) in a Slurm step over several nodes."""
     options, step = request.options, request.slurm
     if options is None or options.min_nodes < 2:
         return []
@@ -87,7 +88,7 @@ def shape_findings(request: Request) -> List[Finding]:
                 " and give --rdzv_backend=c10d and one --rdzv_endpoint",
             )
         ]
-    where = _loopback_rendezvous(request)
+    where = _loopback_rendezvous(request, facts)
     if where is None or step is None or not step.in_step or not step.is_multi_node:
         return []
     if step.problem("num_nodes", "tasks_per_node", "node_id", "nodelist") is not None:
@@ -179,15 +180,23 @@ def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _loopback_rendezvous(request: Request) -> Optional[str]:
+def _loopback_rendezvous(request: Request, facts: NodeFacts) -> Optional[str]:
     """How the rendezvous ends up on this machine's loopback (None: it does not)."""
     options = request.options
     assert options is not None
     if options.rdzv_backend == "c10d":
-        if request.endpoint is None:
+        endpoint = request.endpoint
+        if endpoint is None:
             return f"no --rdzv_endpoint (torch uses {RDZV_HOST})"
-        if request.endpoint.is_loopback:
-            return f"--rdzv_endpoint={request.endpoint.text}"
+        if endpoint.is_loopback:
+            return f"--rdzv_endpoint={endpoint.text}"
+        found = facts.endpoint_addresses
+        if (
+            facts.endpoint_host == endpoint.host
+            and found
+            and all(map(network.is_loopback_host, found))
+        ):
+            return f"--rdzv_endpoint={endpoint.text} (it resolves to {', '.join(found)} here)"
     elif options.rdzv_backend == "static" and not options.rdzv_endpoint:
         loopback = network.is_loopback_host(options.master_addr)
         return f"the static rendezvous on --master_addr={options.master_addr}" if loopback else None

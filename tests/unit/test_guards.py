@@ -375,6 +375,37 @@ def test_launches_that_can_never_form(
         assert said[0] in p.warnings
 
 
+@pytest.mark.parametrize(
+    ("addresses", "verdict"),
+    [(("127.0.1.1",), "refused"), (("::1", "127.0.0.1"), "refused"), (("127.0.0.1", ib(0)), "ok")],
+    ids=["etc-hosts-loopback", "both-families", "also-a-real-address"],
+)
+def test_an_endpoint_name_that_resolves_to_loopback_here_is_refused_in_a_multi_node_step(
+    addresses: tuple[str, ...], verdict: str
+) -> None:
+    """A name in ``/etc/hosts`` for 127.0.x.x is the loopback as surely as ``localhost``."""
+    p = planned(
+        [*TWO, "--rdzv_endpoint=trainhost:29400", *SCRIPT],
+        two_node_step(),
+        node(1, endpoint_host="trainhost", endpoint_addresses=addresses),
+    )
+    assert p.verdict == verdict, (p.refusal, p.problems)
+    if verdict == "refused":
+        assert p.refusal is not None and p.refusal.startswith(
+            f"--nnodes=2 with --rdzv_endpoint=trainhost:29400 (it resolves to"
+            f" {', '.join(addresses)} here) {LOOPBACK_WORDS}"
+        ), p.refusal
+        text = render(
+            Prepared(
+                request([*TWO, "--rdzv_endpoint=trainhost:29400", *SCRIPT], two_node_step()),
+                node(1),
+                p,
+            ),
+            "text",
+        )
+        assert text.endswith("verdict: refused")
+
+
 def test_the_loopback_fix_names_the_first_node() -> None:
     p = planned([*TWO, *SCRIPT], two_node_step())
     assert p.refusal is not None
