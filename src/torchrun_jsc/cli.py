@@ -50,6 +50,9 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
 
     log.setup(env)
     style = explain_style(env)
+    gone = _cwd_problem()
+    if gone is not None:
+        _error(gone, style)
     _import_torch()
     try:
         prepared = prepare(args, env)
@@ -153,6 +156,20 @@ def _stopped_by(sigval: int, env: Mapping[str, str]) -> NoReturn:
     print(signalled.line(sigval, env, state, time.monotonic()), file=sys.stderr, flush=True)
     signalled.ignore_further()
     sys.exit(signalled.EXIT_CODE)
+
+
+def _cwd_problem() -> Optional[str]:
+    """Why the launch cannot start in the current directory (None: it can): one that was
+    removed after the shell entered it (torch's own import fails there, in C++)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return (
+            "the current directory no longer exists (removed after the shell entered it), so"
+            " neither torch nor a relative script path can be loaded; accepted: start"
+            " torchrun_jsc in an existing directory"
+        )
+    return None
 
 
 def _import_torch() -> None:

@@ -140,6 +140,22 @@ def test_explain_1_renders_the_text_explain(
         json.loads(out)
 
 
+def test_a_removed_current_directory_is_one_line_before_torch_is_loaded(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even ``--version`` (torch's import ended in a oneMKL FATAL ERROR there)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(SystemExit) as info:
+        cli._main(["--version"], {})
+    assert info.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("torchrun_jsc: error: the current directory no longer exists")
+    assert line.endswith("accepted: start torchrun_jsc in an existing directory")
+
+
 # --------------------------------------------------------------------------- a closed pipe
 
 
