@@ -134,6 +134,39 @@ def test_waiting_for_the_host_knocks_first_and_says_so_at_once(
     assert len(waits) == 2  # at once, then after 30 s
 
 
+def test_a_port_that_accepts_but_never_answers_is_named_then_ends_the_agent(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch's connection to another program's port hangs in C++: said after the read
+    timeout, and the agent ended with one line when the wait is over."""
+    import threading
+
+    from torchrun_jsc.patches import wait_for_host
+
+    exits: List[int] = []
+    done = threading.Event()
+    monkeypatch.setattr(wait_for_host.os, "_exit", lambda code: (exits.append(code), done.set()))
+    said: List[str] = []
+    monkeypatch.setattr(wait_for_host, "_say_silent", lambda *a: said.append("silent"))
+
+    def hangs(params: Any) -> Any:
+        done.wait(5.0)
+        return "store"
+
+    assert wait_for_host._answered(hangs, None, "node0i:29500", 0.05, 0.2) == "store"
+    assert said == ["silent"] and exits == [1]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "torchrun_jsc: cannot start: the rendezvous host node0i:29500 accepted connections but"
+        " its store did not answer within 0 s (another program on that port, or not torch's"
+        " store); no worker was started"
+    ]
+    # a store that answers in time: nothing said, nothing ended
+    assert wait_for_host._answered(lambda p: "ok", None, "node0i:29500", 0.05, 0.1) == "ok"
+    time.sleep(0.2)
+    assert said == ["silent"] and exits == [1]
+
+
 def _raised_from(inner: BaseException) -> BaseException:
     try:
         try:
