@@ -409,6 +409,40 @@ def test_late_rendezvous_host_is_waited_for(
     assert any(waiting in r.output for r in results[1:]), describe(results)
 
 
+#: A program that holds node0's rendezvous port: it accepts every connection and never answers.
+SINK = (
+    "import socket\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('0.0.0.0', 29500)); s.listen(64); held = []\n"
+    "while True: held.append(s.accept()[0])\n"
+)
+
+
+def test_a_host_port_that_never_answers_is_named_and_the_wait_ends(jsc_cluster: Cluster) -> None:
+    """Another program on the rendezvous host's port (issue 31, item 10): each node says so
+    after read_timeout and ends with one line, exit 1, when join_timeout is over (torch's
+    connection waited there silently)."""
+    sink = jsc_cluster.node_exec(0, [str(jsc_cluster.python), "-c", SINK])
+    try:
+        time.sleep(1.0)
+        command = argv(jsc_cluster, conf="join_timeout=30,read_timeout=10")
+        node_envs = [{"TORCHRUN_JSC_NODE_RANK": str(i)} for i in range(1, 4)]
+        results = jsc_cluster.run_on_nodes([command] * 3, node_envs, timeout=120, nodes=[1, 2, 3])
+    finally:
+        sink.kill()
+        sink.wait(10)
+    said = "the rendezvous host node0i:29500 accepts connections but its store has not answered"
+    end = (
+        "torchrun_jsc: cannot start: the rendezvous host node0i:29500 accepted connections but"
+        " its store did not answer within"
+    )
+    for r in results:
+        assert r.returncode == 1 and not r.timed_out, describe(results)
+        assert said in r.output and "Traceback" not in r.output, describe(results)
+        assert r.output.rstrip().splitlines()[-1].startswith(end), describe(results)
+        assert r.elapsed < 30 + 20, describe(results)
+
+
 @FIRST_ONLY
 def test_late_rendezvous_host_control_fails_without_waiting(jsc_cluster: Cluster) -> None:
     command = [a for a in argv(jsc_cluster) if not a.startswith("--rdzv_conf")]

@@ -314,6 +314,9 @@ def test_wait_for_host_retries_until_its_deadline(monkeypatch: pytest.MonkeyPatc
         def set_timeout(self, value: Any) -> None:
             self.timeout = value
 
+        def num_keys(self) -> int:
+            return 0
+
     def original(params: Any) -> Any:
         attempts.append(params.config.get("read_timeout"))
         if len(attempts) < 3:

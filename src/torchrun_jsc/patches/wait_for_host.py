@@ -100,8 +100,12 @@ def install(endpoint: str, wait: float, handed_over: bool = False) -> None:
 
 
 def _answered(original: Any, params: Any, endpoint: str, silent: float, bound: float) -> Any:
-    """torch's connection to a port that accepts: said after ``silent`` seconds without an
-    answer, and the agent ended after ``bound`` (the wait left)."""
+    """torch's connection to a port that accepts, and the store's first answer (a count of its
+    keys: torch 1.13 connects without one and its first operation then waits for ever): said
+    after ``silent`` seconds without an answer, and the agent ended after ``bound`` (the wait
+    left)."""
+    from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
+
     started = time.monotonic()
     said = threading.Timer(silent, lambda: _say_silent(endpoint, started, bound))
     ended = threading.Timer(bound, lambda: _end_silent(endpoint, started))
@@ -109,7 +113,12 @@ def _answered(original: Any, params: Any, endpoint: str, silent: float, bound: f
         timer.daemon = True
         timer.start()
     try:
-        return original(params)
+        store = original(params)
+        try:
+            store.num_keys()
+        except (RuntimeError, ValueError) as exc:  # torch's store errors: try again
+            raise RendezvousConnectionError(f"the store at {endpoint} did not answer") from exc
+        return store
     finally:
         said.cancel()
         ended.cancel()
