@@ -443,6 +443,33 @@ def test_a_host_port_that_never_answers_is_named_and_the_wait_ends(jsc_cluster: 
         assert r.elapsed < 30 + 20, describe(results)
 
 
+def test_a_stop_while_waiting_for_the_host_is_one_line_at_once(jsc_cluster: Cluster) -> None:
+    """SIGTERM to a node waiting for its rendezvous host (issue 31, item 12): one line naming
+    the wait, exit 1, within a few seconds (before: a silent 143)."""
+    command = argv(jsc_cluster, conf="join_timeout=120,read_timeout=10")
+    agent = jsc_cluster.node_exec(1, command, {"TORCHRUN_JSC_NODE_RANK": "1"})
+    try:
+        time.sleep(8.0)  # the waiting line comes at once; the host never starts
+        assert agent.poll() is None
+        stopped = time.monotonic()
+        os.killpg(agent.pid, signal.SIGTERM)
+        out, err = agent.communicate(timeout=30)
+        took = time.monotonic() - stopped
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(10)
+    text = out + err
+    assert "torchrun_jsc: waiting for the rendezvous host node0i:29500 since 0 s" in text, text
+    last = text.rstrip().splitlines()[-1]
+    assert last.startswith(
+        "torchrun_jsc: stopped by SIGTERM; no worker had started (waiting for the rendezvous"
+        " host node0i:29500 for "
+    ), text
+    assert agent.returncode == 1 and took < 10, (agent.returncode, took, text)
+    assert "Traceback" not in text, text
+
+
 @FIRST_ONLY
 def test_late_rendezvous_host_control_fails_without_waiting(jsc_cluster: Cluster) -> None:
     command = [a for a in argv(jsc_cluster) if not a.startswith("--rdzv_conf")]
