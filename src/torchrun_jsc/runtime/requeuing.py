@@ -36,6 +36,7 @@ from ..torch_defaults import TERM_GRACE
 from . import signalled, timing, workers
 from .bounded import bounded
 from .ledger import say
+from .process_end import exit_now
 from .protocol import JobProtocol
 from .report import Record
 from .requeue import (
@@ -133,7 +134,7 @@ class Requeuing:
         self.job = job
         self.term_grace = float(grace)
         self.run = run
-        self.end = end or _exit_now
+        self.end = end or exit_now
         self.started = time.monotonic()
         self.pending = threading.Event()
         self.released = threading.Event()
@@ -367,12 +368,6 @@ def _poll(look: Callable[[], Optional[T]], seconds: float) -> Optional[T]:
         if found is not None or time.monotonic() >= deadline:
             return found
         time.sleep(POLL_EVERY)
-
-
-def _exit_now(code: int) -> None:
-    from .session_end import exit_now as exit_now
-
-    exit_now(code)
 
 
 #: This agent's requeue, when the plan switched it on.

@@ -50,9 +50,10 @@ from .bounded import bounded
 from .jobstore import JobStore
 from .ledger import LastLine, Ledger, say
 from .node import Node
+from .process_end import exit_now
 from .protocol import JobProtocol
 from .rounds import Rounds
-from .session_end import Ending, exit_now
+from .session_end import Ending
 from .session_failover import FailingOver, Failover
 from .spares import SpareLook
 from .watch import Action, Config, Event, State

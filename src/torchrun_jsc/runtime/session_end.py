@@ -4,10 +4,8 @@ stopped before the interpreter ends."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import sys
 import threading
 import time
 from typing import Callable, List, Optional
@@ -18,6 +16,7 @@ from .beating import Heartbeats
 from .bounded import in_flight
 from .ledger import LastLine, Ledger
 from .node import Node
+from .process_end import exit_now
 from .requeue import short_name
 from .watch import Config, Event, State
 
@@ -127,12 +126,3 @@ class Ending:
     def _grace(self) -> float:
         """Seconds the workers have between SIGTERM and SIGKILL."""
         return float(TERM_GRACE) if self.node is None else self.node.term_grace()
-
-
-def exit_now(code: int) -> None:
-    """End the process with ``code`` at once (torch's main thread may be blocked), its output
-    flushed first."""
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(code)

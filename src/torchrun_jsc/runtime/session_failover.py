@@ -13,8 +13,8 @@ from .. import handover
 from . import heartbeats, relaunch, timing, watch, workers
 from .bounded import bounded
 from .ledger import say
+from .process_end import exit_now
 from .protocol import JobProtocol
-from .session_end import exit_now
 from .watch import Config, Event, State
 
 
