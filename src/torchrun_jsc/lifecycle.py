@@ -111,9 +111,25 @@ def plan_agent_side(
     else:
         side.decide("failure report", "off", "TORCHRUN_JSC_FAILURE_REPORT=0")
     _requeue(side, request, node, forward)
+    waits = fixing and is_host is False and (request.handover is not None or settings.wait_for_host)
+    _store_answer(side, request, waits)
     if fixing:
         _wait_for_host(side, request, facts, is_host)
         _rank_order(side, request)
+
+
+def _store_answer(side: Collector, request: Request, waits: bool) -> None:
+    """A rendezvous store that accepts and never answers is named and ends the agent (torch's
+    c10d rendezvous; ``--standalone``'s own port is free by construction); ``waits``:
+    ``wait_for_host`` is installed next and bounds the calls told ``is_host=0`` itself."""
+    options = request.options
+    if options is None or options.rdzv_backend != "c10d" or options.standalone:
+        return
+    side.patch(
+        params.StoreAnswer(clients=not waits),
+        "a rendezvous store that never answers: said after read_timeout, one line and exit 1"
+        " after join_timeout",
+    )
 
 
 def _off(variable: str, linux: bool) -> str:

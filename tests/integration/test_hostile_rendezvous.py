@@ -106,3 +106,28 @@ def test_a_second_host_on_a_taken_port_is_one_line() -> None:
     last = err.strip().splitlines()[-1]
     assert last.startswith("torchrun_jsc: error: the rendezvous host cannot listen"), err
     assert f"127.0.0.1:{port}" in last and "already in use" in last
+
+
+def test_a_port_held_by_a_program_that_never_answers_is_named_and_the_agent_ends() -> None:
+    """Issue 31, item 10: a listener that accepts and never answers holds the rendezvous port
+    (torch's agent waited there silently for as long as it stayed): said after read_timeout,
+    one line and exit 1 after join_timeout."""
+    with socket.socket() as sink:
+        sink.bind(("127.0.0.1", 0))
+        sink.listen(16)
+        port = sink.getsockname()[1]
+        proc = start(agent(f"127.0.0.1:{port}", "join_timeout=20,read_timeout=5"))
+        started = time.monotonic()
+        _, err = proc.communicate(timeout=90)
+        took = time.monotonic() - started
+    endpoint = f"127.0.0.1:{port}"
+    assert proc.returncode == 1, err
+    assert (
+        f"torchrun_jsc: the rendezvous host {endpoint} accepts connections but its store has"
+        " not answered for 5 s"
+    ) in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(
+        f"torchrun_jsc: cannot start: the rendezvous host {endpoint} accepted connections"
+    ), err
+    assert took < 20 + 20, took

@@ -144,13 +144,13 @@ def test_a_port_that_accepts_but_never_answers_is_named_then_ends_the_agent(
     timeout, and the agent ended with one line when the wait is over."""
     import threading
 
-    from torchrun_jsc.patches import wait_for_host
+    from torchrun_jsc.patches import store_answer
 
     exits: List[int] = []
     done = threading.Event()
-    monkeypatch.setattr(wait_for_host.os, "_exit", lambda code: (exits.append(code), done.set()))
+    monkeypatch.setattr(store_answer.os, "_exit", lambda code: (exits.append(code), done.set()))
     said: List[str] = []
-    monkeypatch.setattr(wait_for_host, "_say_silent", lambda *a: said.append("silent"))
+    monkeypatch.setattr(store_answer, "_say_silent", lambda *a: said.append("silent"))
 
     class Store:
         def __init__(self, hang: bool) -> None:
@@ -162,7 +162,7 @@ def test_a_port_that_accepts_but_never_answers_is_named_then_ends_the_agent(
             return 1
 
     store = Store(hang=True)
-    assert wait_for_host._answered(lambda p: store, None, "node0i:29500", 0.05, 0.2) is store
+    assert store_answer.answered(lambda p: store, None, "node0i:29500", 0.05, 0.2) is store
     assert said == ["silent"] and exits == [1]
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
@@ -172,7 +172,7 @@ def test_a_port_that_accepts_but_never_answers_is_named_then_ends_the_agent(
     ]
     # a store that answers in time: nothing said, nothing ended
     fine = Store(hang=False)
-    assert wait_for_host._answered(lambda p: fine, None, "node0i:29500", 0.05, 0.1) is fine
+    assert store_answer.answered(lambda p: fine, None, "node0i:29500", 0.05, 0.1) is fine
     time.sleep(0.2)
     assert said == ["silent"] and exits == [1]
 

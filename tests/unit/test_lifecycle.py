@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -499,3 +499,48 @@ def test_bad_requeue_settings_are_one_line_errors(env: Dict[str, str], says: str
     with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(".", r"\.")) as err:
         multi(1, env)
     assert "\n" not in str(err.value)
+
+
+def test_a_store_that_never_answers_is_bounded_on_every_c10d_launch() -> None:
+    """The host's own call and an undecided one (a loopback launch torchrun_jsc leaves alone)
+    are store_answer's; a node told is_host=0 is wait_for_host's, installed after it."""
+    host, other = multi(0), multi(1)
+    assert patches(host)["store_answer"] == {"clients": True}
+    assert patches(other)["store_answer"] == {"clients": False}
+    names = [s.name for s in other.patches]
+    assert names.index("store_answer") < names.index("wait_for_host")
+    unwaited = multi(1, TORCHRUN_JSC_WAIT_FOR_HOST="0")
+    assert patches(unwaited)["store_answer"] == {"clients": True}
+    loopback = plan(
+        ["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29500", *SCRIPT]
+    )
+    assert patches(loopback)["store_answer"] == {"clients": True}
+    assert "store_answer" not in patches(plan([*STANDALONE, *SCRIPT])), "its port is its own"
+    assert "store_answer" not in patches(plan(["--nnodes=2", "--master_addr=node0i", *SCRIPT]))
+
+
+def test_store_answer_leaves_the_calls_told_is_host_0_to_wait_for_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+    from torch.distributed.elastic.rendezvous.api import RendezvousParameters
+
+    from torchrun_jsc import patches as patching
+    from torchrun_jsc.patches import params, store_answer
+
+    guarded: List[Any] = []
+
+    def original(params: Any) -> Any:
+        return "store"
+
+    monkeypatch.setattr(backend, "_create_tcp_store", original)
+    monkeypatch.setattr(store_answer, "answered", lambda *a: guarded.append(a[2:]) or "guarded")
+    assert patching.install(params.StoreAnswer(clients=False)) is None
+    try:
+        client = RendezvousParameters("c10d", "node0i:29500", "r", 2, 2, is_host="0")
+        assert backend._create_tcp_store(client) == "store" and guarded == []
+        host = RendezvousParameters("c10d", "node0i:29500", "r", 2, 2, read_timeout="7")
+        assert backend._create_tcp_store(host) == "guarded"
+        assert guarded == [("node0i:29500", 7, 600)]
+    finally:
+        patching.restore_all()

@@ -81,6 +81,14 @@ class StopSignal(NamedTuple):
     torch's shutdown of the workers."""
 
 
+class StoreAnswer(NamedTuple):
+    """``store_answer``: a rendezvous store that never answers is named after ``read_timeout``
+    and ends the agent after ``join_timeout``; ``clients=False``: not for calls told
+    ``is_host=0`` (``wait_for_host`` bounds those)."""
+
+    clients: bool = True
+
+
 class Recovery(NamedTuple):
     """``recovery``: a lost node restarts the job without it (spares, a smaller job) while
     the ``max_restarts`` last and ``min_nodes`` remain."""
@@ -151,6 +159,7 @@ Params = Union[
     PeerWatch,
     FailureReport,
     StopSignal,
+    StoreAnswer,
     Recovery,
     HostInRound,
     Failover,
@@ -174,6 +183,7 @@ REGISTRY: Dict[str, Type[Params]] = {
     "peer_watch": PeerWatch,
     "failure_report": FailureReport,
     "stop_signal": StopSignal,
+    "store_answer": StoreAnswer,
     "recovery": Recovery,
     "host_in_round": HostInRound,
     "failover": Failover,
@@ -192,6 +202,7 @@ AGENT_SIDE = (
     "peer_watch",
     "failure_report",
     "stop_signal",
+    "store_answer",
     "recovery",
     "host_in_round",
     "failover",

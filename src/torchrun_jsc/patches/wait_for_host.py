@@ -11,8 +11,8 @@ frames, and holding the interpreter for up to twice the attempt) do not run whil
 not there. It says that it waits after the first failed try and then every 30 s; once
 connected, the store gets the user's ``read_timeout`` back, which keeps its meaning for every
 store operation. A port that accepts but whose store never answers (another program on it)
-holds torch's connection in C++ whatever its timeout: that is said after ``read_timeout`` and
-ends the agent with one line when the wait is over. Only a node told ``is_host=0`` waits (a
+is :func:`.store_answer.answered`'s: said after ``read_timeout``, and the agent ended with one
+line when this wait is over. Only a node told ``is_host=0`` waits (a
 host that cannot listen fails at once, as before).
 """
 
@@ -22,7 +22,6 @@ import functools
 import os
 import socket
 import sys
-import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -31,6 +30,7 @@ from ..log import logger
 from ..runtime import early_stop
 from ..torch_defaults import RDZV_PORT, READ_TIMEOUT
 from ._common import Check, replace, verified
+from .store_answer import answered
 
 _C10D = "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend"
 CHECKS = (Check(_C10D, "_create_tcp_store", (("params",),)),)
@@ -76,7 +76,7 @@ def install(endpoint: str, wait: float, handed_over: bool = False) -> None:
                 continue
             config["read_timeout"] = str(max(1, min(ATTEMPT, int(left))))
             try:
-                store = _answered(original, params, endpoint, read_timeout, max(left, ATTEMPT))
+                store = answered(original, params, endpoint, read_timeout, max(left, ATTEMPT))
             except RendezvousConnectionError:
                 elapsed = time.monotonic() - started
                 if elapsed >= wait and handed_over:
@@ -97,53 +97,6 @@ def install(endpoint: str, wait: float, handed_over: bool = False) -> None:
             return store
 
     replace(owner, attr, _create_tcp_store)
-
-
-def _answered(original: Any, params: Any, endpoint: str, silent: float, bound: float) -> Any:
-    """torch's connection to a port that accepts, and the store's first answer (a count of its
-    keys: torch 1.13 connects without one and its first operation then waits for ever): said
-    after ``silent`` seconds without an answer, and the agent ended after ``bound`` (the wait
-    left)."""
-    from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
-
-    started = time.monotonic()
-    said = threading.Timer(silent, lambda: _say_silent(endpoint, started, bound))
-    ended = threading.Timer(bound, lambda: _end_silent(endpoint, started))
-    for timer in (said, ended):
-        timer.daemon = True
-        timer.start()
-    try:
-        store = original(params)
-        try:
-            store.num_keys()
-        except (RuntimeError, ValueError) as exc:  # torch's store errors: try again
-            raise RendezvousConnectionError(f"the store at {endpoint} did not answer") from exc
-        return store
-    finally:
-        said.cancel()
-        ended.cancel()
-
-
-def _say_silent(endpoint: str, started: float, bound: float) -> None:
-    logger.warning(
-        "torchrun_jsc: the rendezvous host %s accepts connections but its store has not"
-        " answered for %.0f s (another program on that port?); giving up after %.0f s",
-        endpoint,
-        time.monotonic() - started,
-        bound,
-    )
-
-
-def _end_silent(endpoint: str, started: float) -> None:
-    from ..runtime.ledger import say
-
-    say(
-        f"torchrun_jsc: cannot start: the rendezvous host {endpoint} accepted connections but"
-        f" its store did not answer within {time.monotonic() - started:.0f} s (another program"
-        " on that port, or not torch's store); no worker was started"
-    )
-    sys.stdout.flush()
-    os._exit(1)
 
 
 def listening(host: str, port: int, timeout: float) -> bool:
