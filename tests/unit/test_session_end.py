@@ -358,3 +358,31 @@ def test_a_stop_signal_at_the_end_of_the_process_does_not_cut_the_last_line_shor
     assert not signalled.held()
     session.at_exit()
     assert signalled.held()
+
+
+@pytest.mark.parametrize(
+    ("phase", "held"),
+    [(Phase.STOPPING, True), (Phase.LEAVING, True), (Phase.RESTARTING, False)],
+)
+def test_a_round_that_forms_while_this_node_ends_the_job_gets_no_workers(
+    monkeypatch: pytest.MonkeyPatch, phase: Phase, held: bool
+) -> None:
+    """A restart's rendezvous may complete (torch's own minimum) after the watch decided that
+    this node may not go on: torch's main thread waits for the stop to end the process instead
+    of starting workers a moment before it ends (torch 2.0.1 left one to the orphan watcher)."""
+    import types
+
+    from torchrun_jsc.runtime import session as session_mod
+
+    session = new_session(peer_timeout=10.0)
+    session.state = State(phase)
+    slept: List[float] = []
+    ended: List[int] = []
+    monkeypatch.setattr(session_mod.time, "sleep", slept.append)
+    monkeypatch.setattr(session_mod, "exit_now", ended.append)
+    monkeypatch.setattr(session, "_connect", lambda: None)
+    session.after_rendezvous(object(), types.SimpleNamespace(group_rank=0))
+    if held:
+        assert ended == [1] and slept and slept[0] >= 10.0
+    else:
+        assert ended == [] and slept == []

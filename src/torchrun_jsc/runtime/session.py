@@ -215,6 +215,7 @@ class Session(Ending, FailingOver):
         """The round's members and this node's key; starts the threads the first time."""
         if self.node is None:
             return
+        self._hold_if_ending()
         with self.lock:
             self.agent = agent
             self.group_rank = worker_group.group_rank
@@ -237,6 +238,18 @@ class Session(Ending, FailingOver):
             self.me = member_key(this)
             self.members = sorted(member_key(n) for n in holder.state.participants)
         self.post(self._joined(before, int(getattr(holder.state, "round", 0) or 0)))
+
+    def _hold_if_ending(self) -> None:
+        """A round that formed while this node ends the job (it may not go on, or was told to
+        stop) gets no workers from it: torch's main thread waits here for the stop in
+        progress to end the process, and ends it itself after that stop's bound."""
+        with self.lock:
+            ending = self.state.phase in (watch.Phase.STOPPING, watch.Phase.LEAVING)
+        if not ending:
+            return
+        time.sleep(self._grace() + timing.EXIT_GRACE + timing.QUIESCE_WAIT)
+        self.print_last_line()
+        exit_now(watch.exit_code(self.state))
 
     def _joined(self, before: List[str], number: int) -> watch.Joined:
         """The event for a round numbered ``number`` (torch's count) after ``before``."""
