@@ -224,6 +224,30 @@ def test_the_other_nodes_wait_for_the_serving_nodes_word_at_most_three_beats(
     assert (took < 0.3) if settled else (1.1 <= took < 2.0), took
 
 
+def test_the_records_are_counted_again_once_the_serving_node_has_settled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The serving node names the vanished node3 and says it is settled between another node's
+    count and its look at that word: the record is read all the same (torch 2.0.1: node2 named
+    its own broken collective as the first failure, the others node3)."""
+    protocol = _failed_job(FakeStore())
+    looks = [0]
+    settled = protocol.settled
+
+    def settles() -> bool:  # the first look: node3's LOST record and the word come together
+        if looks[0] == 0:
+            protocol.write_record(Record(LOST, "node3", 3, time.time() - 12))
+            protocol.mark_settled()
+        looks[0] += 1
+        return settled()
+
+    monkeypatch.setattr(protocol, "settled", settles)
+    ledger = Ledger(report=True, protocol=protocol)
+    records = ledger.read_all(["k0", "k1", "k2", "k3", "k4"], False, 0.0, None, 0.4)
+    assert [r.hostname for r in records if r.kind == LOST] == ["node3"], records
+    assert report.first_failure(records).hostname == "node3"
+
+
 def test_a_stop_written_over_a_counter_is_no_word_from_its_member() -> None:
     """The watcher tells the others to stop by writing over their counters; a node that vanished
     must still look silent since its own last beat, or its LOST record comes too late."""

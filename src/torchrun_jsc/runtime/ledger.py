@@ -123,7 +123,9 @@ class Ledger:
         count = protocol.record_count()
         while count < wanted and time.monotonic() < latest:
             if time.monotonic() >= deadline and (beat <= 0 or protocol.settled()):
-                break
+                # counted again: the serving node's last records may have come since the
+                # count above, just before it said it had added them all
+                return protocol.record_count()
             time.sleep(0.2)
             count = protocol.record_count()
         return count
