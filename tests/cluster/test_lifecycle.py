@@ -338,7 +338,8 @@ def test_sigusr1_from_each_sender_reaches_every_worker_once(
         # a worker whose command line names torchrun_jsc (a clone in such a folder) gets it from
         # pkill, and so does the probe
         named = "torchrun_jsc" in f"{jsc_cluster.python} {TRAIN}"
-        said = SENT_TOO.format("pkill") if named else PASSED_ON
+        # pkill may have ended before the agent looks its name up: then the name is "?"
+        said = SENT_TOO.format(r"(?:pkill|\?)") if named else PASSED_ON
     assert_once({i: job.output(i) for i in range(4)}, said)
 
 
