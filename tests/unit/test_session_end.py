@@ -386,3 +386,21 @@ def test_a_round_that_forms_while_this_node_ends_the_job_gets_no_workers(
         assert ended == [1] and slept and slept[0] >= 10.0
     else:
         assert ended == [] and slept == []
+
+
+@pytest.mark.parametrize(("failed", "silenced"), [(True, 1), (False, 0)])
+def test_after_the_last_line_the_teardown_is_silenced(
+    monkeypatch: pytest.MonkeyPatch, failed: bool, silenced: int
+) -> None:
+    """torch's C++ warnings while the interpreter tears down its store (``sendBytes failed``)
+    came after the last line in CI; a job that did not fail keeps everything."""
+    from torchrun_jsc.runtime import session_end
+
+    calls: List[int] = []
+    monkeypatch.setattr(session_end, "silence_teardown", lambda: calls.append(1))
+    monkeypatch.setattr("os._exit", lambda code: None)
+    session = new_session(peer_timeout=0.0)
+    session.state = State(Phase.TRAINING, failed=failed)
+    monkeypatch.setattr(session, "print_last_line", lambda: None)
+    session.at_exit()
+    assert len(calls) == silenced

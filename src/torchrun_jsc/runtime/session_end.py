@@ -4,8 +4,10 @@ stopped before the interpreter ends."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
 import threading
 import time
 from typing import Callable, List, Optional
@@ -19,6 +21,20 @@ from .node import Node
 from .process_end import exit_now
 from .requeue import short_name
 from .watch import Config, Event, State
+
+
+def silence_teardown() -> None:
+    """The last line stays last: what torch's objects and threads print while the interpreter
+    tears them down (a C++ ``sendBytes failed … Broken pipe`` to a store that is gone) goes
+    to ``/dev/null``."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
 
 
 class Ending:
@@ -91,6 +107,8 @@ class Ending:
             self.print_last_line()
         finally:
             self._quiesce()
+            if self.state.failed and self.config.report:
+                silence_teardown()
 
     def _quiesce(self) -> None:
         self.closing.set()
