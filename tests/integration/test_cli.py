@@ -359,7 +359,8 @@ def test_ctrl_c_while_torch_imports_is_one_line_and_130() -> None:
 
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_"))}
     full["TORCHRUN_JSC_RESOLVE_TIMEOUT"] = "20"
-    argv = [sys.executable, "-m", "torchrun_jsc", "--nnodes=2", "--rdzv_endpoint=n.invalid:1"]
+    # c10d: the endpoint is resolved (retried for 20 s) before the script is looked at
+    argv = [*_LAUNCH, "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=n.invalid:1"]
     for step in range(17):
         proc = subprocess.Popen(
             [*argv, "t.py"],
