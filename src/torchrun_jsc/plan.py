@@ -301,7 +301,7 @@ def _fix_rendezvous(
             )
         )
         return False
-    if all(_is_loopback(a) for a in facts.endpoint_addresses):
+    if all(network.is_loopback_host(a) for a in facts.endpoint_addresses):
         draft.decide(
             "rendezvous", "unchanged", f"endpoint {host} resolves to loopback addresses only"
         )
@@ -417,11 +417,6 @@ def _check_local_addr(draft: _Draft, given: str, facts: NodeFacts) -> None:
             f"--local_addr {shown(given)} ({', '.join(facts.local_addr_addresses)}) is not an"
             f" address of {facts.hostname or 'this node'}; {kept}"
         )
-
-
-def _is_loopback(address: str) -> bool:
-    ip = network.ip_of(address)
-    return ip is not None and ip.is_loopback
 
 
 def _own_address(facts: NodeFacts) -> Tuple[Optional[str], str]:

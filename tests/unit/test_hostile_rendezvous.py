@@ -148,7 +148,7 @@ def test_a_port_that_accepts_but_never_answers_is_named_then_ends_the_agent(
 
     exits: List[int] = []
     done = threading.Event()
-    monkeypatch.setattr(store_answer.os, "_exit", lambda code: (exits.append(code), done.set()))
+    monkeypatch.setattr("os._exit", lambda code: (exits.append(code), done.set()))
     said: List[str] = []
     monkeypatch.setattr(store_answer, "_say_silent", lambda *a: said.append("silent"))
 

@@ -12,8 +12,6 @@ when it is installed.
 from __future__ import annotations
 
 import functools
-import os
-import sys
 import threading
 import time
 from typing import Any
@@ -78,11 +76,11 @@ def _say_silent(endpoint: str, started: float, bound: float) -> None:
 
 def _end_silent(endpoint: str, started: float) -> None:
     from ..runtime.ledger import say
+    from ..runtime.process_end import exit_now
 
     say(
         f"torchrun_jsc: cannot start: the rendezvous host {endpoint} accepted connections but"
         f" its store did not answer within {time.monotonic() - started:.0f} s (another program"
         " on that port, or not torch's store); no worker was started"
     )
-    sys.stdout.flush()
-    os._exit(1)
+    exit_now(1)

@@ -19,9 +19,7 @@ host that cannot listen fails at once, as before).
 from __future__ import annotations
 
 import functools
-import os
 import socket
-import sys
 import time
 from datetime import timedelta
 from typing import Any
@@ -121,10 +119,10 @@ def _say_waiting(endpoint: str, elapsed: float, wait: float) -> None:
 def _give_up(endpoint: str, wait: float) -> None:
     """The next host after a handover never served: lost too. One line, exit 1."""
     from ..runtime.ledger import say
+    from ..runtime.process_end import exit_now
 
     say(
         f"torchrun_jsc: cannot go on: the next rendezvous host {endpoint} did not serve within"
         f" {wait:g} s after the handover (lost too, or this node is cut off from it)"
     )
-    sys.stdout.flush()
-    os._exit(1)
+    exit_now(1)

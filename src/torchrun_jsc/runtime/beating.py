@@ -191,5 +191,5 @@ class Watchdog:
             # the last look moves on only after this one is decided: another thread that
             # asks meanwhile (thawed, it found a stop) still sees the pause
             now = time.monotonic()
-            self.post(paused_for(self.protocol, max(now - self.last - timing.WATCHDOG_EVERY, 0.0)))
+            self.post(paused_for(self.protocol, self.paused()))
             self.last = now
