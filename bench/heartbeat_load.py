@@ -2,11 +2,11 @@
 
 A real torch ``TCPStore`` server runs in its own process on loopback (as in the agent on the
 store's node). ``--nodes`` simulated agents, spread over a few client processes, each hold their
-own :class:`~torchrun_jsc.runtime.jobstore.JobStore` connection (torchrun_jsc's second client per
-node) and beat as the job watch does: ``add(hb/<node>, 1)`` every
+own :class:`~torchrun_jsc.runtime.store.connection.JobStore` connection (torchrun_jsc's
+second client per node) and beat as the job watch does: ``add(hb/<node>, 1)`` every
 ``heartbeats.interval_for(timeout)`` seconds, spread over the interval. One more process is the
 watcher: every interval it reads all counters with ``JobStore.get_many`` and feeds a
-:class:`~torchrun_jsc.runtime.heartbeats.Tracker` (the same calls the session makes). After a
+:class:`~torchrun_jsc.runtime.watch.heartbeats.Tracker` (the same calls the session makes). After a
 warm-up, for ``--seconds``: the server process's CPU time per second and its RSS, operations per
 second, the watcher's scan time, and that no member was declared lost.
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))  # this checkout's torchrun_jsc, not an in
 sys.path.insert(0, str(ROOT / "bench"))
 
 from record import record  # noqa: E402
-from torchrun_jsc.runtime import heartbeats  # noqa: E402
+from torchrun_jsc.runtime.watch import heartbeats  # noqa: E402
 
 SERVER = """
 import datetime, sys, time
@@ -53,7 +53,7 @@ def raise_open_files() -> None:
 
 def beat(port: int, first: int, count: int, seconds: float, timeout: float) -> None:
     """Simulated agents ``first .. first+count-1``: one JobStore each, beating in turn."""
-    from torchrun_jsc.runtime.jobstore import JobStore
+    from torchrun_jsc.runtime.store.connection import JobStore
 
     raise_open_files()
     stores = [JobStore("127.0.0.1", port, "bench", timeout) for _ in range(count)]
@@ -80,8 +80,8 @@ def beat(port: int, first: int, count: int, seconds: float, timeout: float) -> N
 
 def watch(port: int, nodes: int, seconds: float, timeout: float) -> None:
     """The watcher: every interval, all counters with one get_many, into a Tracker."""
-    from torchrun_jsc.runtime.heartbeats import Tracker
-    from torchrun_jsc.runtime.jobstore import JobStore
+    from torchrun_jsc.runtime.store.connection import JobStore
+    from torchrun_jsc.runtime.watch.heartbeats import Tracker
 
     store = JobStore("127.0.0.1", port, "bench", timeout)
     keys = [f"n{i}" for i in range(nodes)]

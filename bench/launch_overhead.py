@@ -149,7 +149,7 @@ def per_worker(repeat: int) -> Dict[str, float]:
     from torchrun_jsc import patches
     from torchrun_jsc.patches import params, worker_start
     from torchrun_jsc.patches._common import find
-    from torchrun_jsc.runtime import orphans, workers
+    from torchrun_jsc.runtime.processes import orphans, workers
 
     check = worker_start.CHECKS[0]
     owner, attr, original = find(check.module, check.target)  # torch's class, "_popen"

@@ -34,7 +34,7 @@ PIPE_CLOSED = 141
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Read, plan, apply, then run ``torch.distributed.run.main`` with the planned arguments."""
-    from .runtime import early_stop
+    from .runtime.signals import early_stop
 
     args = list(sys.argv[1:] if argv is None else argv)
     early_stop.install(os.environ)  # a stop before torch's handlers is one line too
@@ -134,8 +134,8 @@ def _early_stops(prepared: Prepared) -> None:
     """Until the first worker, only the signals torch will then handle are stopped here; those
     other than SIGINT only with the ``stop_signal`` patch (one line for a stop)."""
     from .request import handled_signals
-    from .runtime import early_stop
-    from .runtime.signalled import STOP_SIGNALS
+    from .runtime.signals import early_stop
+    from .runtime.signals.signalled import STOP_SIGNALS
 
     options = prepared.request.options
     given = options.signals_to_handle if options is not None else None
@@ -149,7 +149,7 @@ def _stopped_by(sigval: int, env: Mapping[str, str]) -> NoReturn:
     torch's exit code; the job watch's last line, if any, follows at the exit."""
     import time
 
-    from .runtime import signalled
+    from .runtime.signals import signalled
 
     job = env.get("SLURM_JOB_ID")
     state = signalled.ask_slurm(job) if job else None

@@ -193,7 +193,7 @@ def step_age() -> Optional[float]:
     (``/proc``: Linux only)."""
     import os
 
-    from .runtime.orphans import proc_stat
+    from .runtime.processes.orphans import proc_stat
 
     pid = os.getppid()
     while pid > 1:

@@ -62,7 +62,7 @@ def order(
 
     A key's address is torch's name for the node: the advertised address from torch 2.0, the
     hostname before. The session replaces the first candidate's with the address the node
-    published itself (:meth:`~torchrun_jsc.runtime.protocol.JobProtocol.introduce`)."""
+    published itself (:meth:`~torchrun_jsc.runtime.store.protocol.JobProtocol.introduce`)."""
     gone = set(lost)
     found = [member(k) for k in members if k not in gone]
     found = [
@@ -93,7 +93,7 @@ class Handover(NamedTuple):
     #: lost too and the job stops.
     wait: float
     #: The fewest nodes the next round may have: a majority of the job's nodes at the last
-    #: round (its members and spares, :mod:`torchrun_jsc.runtime.quorum`), so that a group cut
+    #: round (its members and spares, :mod:`torchrun_jsc.runtime.watch.quorum`), so that a group cut
     #: off from the host (it takes the host for lost) never goes on beside it.
     quorum: int = 1
     #: This node waited as a spare.

@@ -30,7 +30,7 @@ from .patches import params
 from .patches.params import AGENT_SIDE
 from .request import Request, handled_signals
 from .runtime.node import Node
-from .runtime.requeue import Budget
+from .runtime.requeue.decision import Budget
 from .slurm import SlurmStep, expand_hostlist
 from .versions import OWN_SESSION_FROM, TorchVersion
 

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from torchrun_jsc.runtime import signal_probe
+from torchrun_jsc.runtime.signals import probe as signal_probe
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ def children(pid: int, watcher: bool = False) -> List[int]:
             parent = int(stat.rsplit(")", 1)[1].split()[1])
             if parent != pid or PROBE in cmdline:  # no worker, no watcher
                 continue
-            if (b"runtime/orphans.py" in cmdline) == watcher:
+            if (b"runtime/processes/orphans.py" in cmdline) == watcher:
                 found.append(int(entry.name))
     return found
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from torchrun_jsc.runtime import signalled
+from torchrun_jsc.runtime.signals import signalled
 
 #: The families a unit test may not use.
 _INET = (socket.AF_INET, socket.AF_INET6)

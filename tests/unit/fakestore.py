@@ -1,7 +1,7 @@
 """One in-memory store for every unit test of the job watch: the operations of
-:class:`torchrun_jsc.runtime.jobstore.JobStore` (what the protocol needs) on a dict, with the
-two ways a real store goes wrong (an operation that hangs; one that fails) at the test's
-command. Tests speak to it through :class:`torchrun_jsc.runtime.protocol.JobProtocol`, never
+:class:`torchrun_jsc.runtime.store.connection.JobStore` (what the protocol needs) on a dict,
+with the two ways a real store goes wrong (an operation that hangs; one that fails) at the test's
+command. Tests speak to it through :class:`torchrun_jsc.runtime.store.protocol.JobProtocol`, never
 by key names, except where a test is about the encoding itself (tests/unit/test_protocol.py).
 """
 
@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
-from torchrun_jsc.runtime.protocol import JobProtocol
+from torchrun_jsc.runtime.store.protocol import JobProtocol
 
 
 class FakeStore:

@@ -8,9 +8,9 @@ from typing import Any, List
 
 import pytest
 
-from torchrun_jsc.runtime.protocol import JobProtocol
-from torchrun_jsc.runtime.report import Record
+from torchrun_jsc.runtime.records.report import Record
 from torchrun_jsc.runtime.session import Node, Session
+from torchrun_jsc.runtime.store.protocol import JobProtocol
 
 from .fakestore import FakeStore
 

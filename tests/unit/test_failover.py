@@ -13,11 +13,20 @@ from torchrun_jsc import handover
 from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.handover import Candidate, Handover
 from torchrun_jsc.patches.rank_order import encode as rank_id
-from torchrun_jsc.runtime import relaunch, watch
+from torchrun_jsc.runtime import relaunch
 from torchrun_jsc.runtime.node import Node
 from torchrun_jsc.runtime.session import Failover, Session
-from torchrun_jsc.runtime.watch import Config, Joined, Phase, SpareFound, State, StoreQuiet, decide
-from torchrun_jsc.runtime.watch_types import Member
+from torchrun_jsc.runtime.watch import machine as watch
+from torchrun_jsc.runtime.watch.machine import (
+    Config,
+    Joined,
+    Phase,
+    SpareFound,
+    State,
+    StoreQuiet,
+    decide,
+)
+from torchrun_jsc.runtime.watch.vocabulary import Member
 
 from .fakestore import FakeStore
 from .layouts import ib
@@ -415,8 +424,8 @@ def test_a_round_with_candidates_asks_for_the_first_ones_address() -> None:
 
 
 def test_the_rounds_of_the_next_process_count_on_from_the_handover() -> None:
-    from torchrun_jsc.runtime.protocol import JobProtocol
     from torchrun_jsc.runtime.rounds import Rounds
+    from torchrun_jsc.runtime.store.protocol import JobProtocol
 
     protocol = JobProtocol(FakeStore())
     rounds = Rounds(protocol, offset=2)

@@ -10,7 +10,8 @@ from typing import Any, Dict, Tuple
 
 import pytest
 
-from torchrun_jsc.runtime import failures, workers
+from torchrun_jsc.runtime.processes import workers
+from torchrun_jsc.runtime.records import failures
 
 NOON = calendar.timegm((2026, 11, 30, 12, 0, 0))
 USR1, TERM = -int(signal.SIGUSR1), -int(signal.SIGTERM)

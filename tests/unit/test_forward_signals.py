@@ -15,8 +15,8 @@ import pytest
 
 from torchrun_jsc import patches
 from torchrun_jsc.patches import params
-from torchrun_jsc.runtime import signal_probe
-from torchrun_jsc.runtime.direct_signals import EARLIER, LATER, Receipt, decide, unpaired
+from torchrun_jsc.runtime.signals import probe as signal_probe
+from torchrun_jsc.runtime.signals.direct import EARLIER, LATER, Receipt, decide, unpaired
 
 from .planning import plan
 from .procs import children
@@ -186,7 +186,7 @@ def test_a_probe_that_cannot_start_says_why_and_leaves_the_mask(
 def test_forward_signals_passes_the_signal_on_and_is_undone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from torchrun_jsc.runtime import workers
+    from torchrun_jsc.runtime.processes import workers
 
     sent: List[int] = []
     monkeypatch.setattr(workers, "signal_all", lambda signum: sent.append(signum) or 3)
@@ -222,7 +222,7 @@ AGENT = """
 import signal, subprocess, sys
 from torchrun_jsc.log import setup
 from torchrun_jsc.patches.forward_signals import Forwarder
-from torchrun_jsc.runtime import workers
+from torchrun_jsc.runtime.processes import workers
 setup({})
 forwarder = Forwarder([signal.SIGUSR1, signal.SIGUSR2])  # what install does, without torch
 forwarder.start()

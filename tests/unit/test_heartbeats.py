@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from torchrun_jsc.runtime import heartbeats
-from torchrun_jsc.runtime.heartbeats import Tracker
+from torchrun_jsc.runtime.watch import heartbeats
+from torchrun_jsc.runtime.watch.heartbeats import Tracker
 
 
 def test_tracker_declares_a_quiet_member_lost_after_the_timeout() -> None:

@@ -13,7 +13,7 @@ from typing import Optional
 
 import pytest
 
-from torchrun_jsc.runtime import orphans, workers
+from torchrun_jsc.runtime.processes import orphans, workers
 
 from .procs import children
 
@@ -71,7 +71,7 @@ def test_watcher_leaves_a_worker_that_has_ended_but_is_not_reaped() -> None:
 
 AGENT = """
 import subprocess, sys
-from torchrun_jsc.runtime import orphans
+from torchrun_jsc.runtime.processes import orphans
 assert orphans.start() is None
 worker = subprocess.Popen(["sleep", "60"])
 orphans.tell(worker.pid)

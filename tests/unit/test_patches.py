@@ -384,7 +384,7 @@ def test_worker_start_registers_and_hands_workers_to_the_watcher(
 ) -> None:
     from torch.distributed.elastic.multiprocessing.api import SubprocessHandler
 
-    from torchrun_jsc.runtime import orphans, workers
+    from torchrun_jsc.runtime.processes import orphans, workers
 
     started: list[Any] = []
 
@@ -421,7 +421,7 @@ def test_worker_start_new_session_only_for_the_known_popen_of_torch_before_2_2(
 ) -> None:
     from torch.distributed.elastic.multiprocessing.api import SubprocessHandler
 
-    from torchrun_jsc.runtime import workers
+    from torchrun_jsc.runtime.processes import workers
 
     def old_popen(self: Any, args: Any, env: Any) -> Any:  # torch 1.13-2.1's names
         return subprocess.Popen(args=args, env=env, stdout=self._stdout, stderr=self._stderr)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.fakestore import FakeStore
-from torchrun_jsc.runtime import protocol as module
-from torchrun_jsc.runtime.protocol import Beat, JobProtocol, Who
-from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
+from torchrun_jsc.runtime.records.report import FAILED, LOST, STOPPED, Record
+from torchrun_jsc.runtime.store import protocol as module
+from torchrun_jsc.runtime.store.protocol import Beat, JobProtocol, Who
 
 
 def _p() -> JobProtocol:
@@ -99,9 +99,10 @@ def test_every_key_lives_under_the_protocol() -> None:
     """The watch's other modules name no key: what they write goes through the verbs."""
     from pathlib import Path
 
-    runtime = Path(module.__file__).parent
-    for path in runtime.glob("*.py"):
-        if path.name in ("protocol.py", "jobstore.py"):
+    runtime = Path(module.__file__).parents[1]
+    store = runtime / "store"
+    for path in runtime.rglob("*.py"):
+        if path in (store / "protocol.py", store / "connection.py"):
             continue
         text = path.read_text()
         for key in ('"hb/', '"who/', '"fail/', '"stop"', 'f"hb/', 'f"fail/'):

@@ -7,8 +7,8 @@ from typing import List, Optional
 
 import pytest
 
-from torchrun_jsc.runtime import report
-from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
+from torchrun_jsc.runtime.records import report
+from torchrun_jsc.runtime.records.report import FAILED, LOST, STOPPED, Record
 
 NOON = calendar.timegm((2026, 11, 30, 12, 0, 0))
 

@@ -7,8 +7,8 @@ from typing import List, Sequence
 
 import pytest
 
-from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
-from torchrun_jsc.runtime.requeue import (
+from torchrun_jsc.runtime.records.report import FAILED, LOST, STOPPED, Record
+from torchrun_jsc.runtime.requeue.decision import (
     LOST_NODE,
     SCRIPT,
     WARNING,
@@ -224,7 +224,7 @@ def test_the_lines() -> None:
 
 
 def test_the_stand_ins_for_a_lost_host_take_turns() -> None:
-    from torchrun_jsc.runtime.requeue import (
+    from torchrun_jsc.runtime.requeue.decision import (
         STAND_IN_STEP,
         host_lost,
         requeued_already,

@@ -11,12 +11,14 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import pytest
 
 from tests.unit.fakestore import FakeStore
-from torchrun_jsc.runtime import requeuing, signalled, timing
-from torchrun_jsc.runtime.protocol import JobProtocol
-from torchrun_jsc.runtime.report import LOST, Record
-from torchrun_jsc.runtime.requeue import Budget
-from torchrun_jsc.runtime.watch_types import Event
-from torchrun_jsc.runtime.watch_types import Requeuing as RequeuingEvent
+from torchrun_jsc.runtime import timing
+from torchrun_jsc.runtime.records.report import LOST, Record
+from torchrun_jsc.runtime.requeue import sequence as requeuing
+from torchrun_jsc.runtime.requeue.decision import Budget
+from torchrun_jsc.runtime.signals import signalled
+from torchrun_jsc.runtime.store.protocol import JobProtocol
+from torchrun_jsc.runtime.watch.vocabulary import Event
+from torchrun_jsc.runtime.watch.vocabulary import Requeuing as RequeuingEvent
 
 B = Budget(job="12", done=0, most=3, min_run=0.0, grace=1.0, signal="SIGUSR1")
 SHOW = "JobId=12 JobState=RUNNING Requeue=1 BatchFlag=1 ExcNodeList=(null)"

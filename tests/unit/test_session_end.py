@@ -10,14 +10,17 @@ from typing import Any, List, Tuple
 import pytest
 
 from tests.unit.fakestore import FakeStore
-from torchrun_jsc.runtime import requeuing, signalled, timing, workers
+from torchrun_jsc.runtime import timing
 from torchrun_jsc.runtime.beating import Heartbeats, Round
-from torchrun_jsc.runtime.heartbeats import Tracker
-from torchrun_jsc.runtime.protocol import JobProtocol
-from torchrun_jsc.runtime.report import FAILED, LOST
+from torchrun_jsc.runtime.processes import workers
+from torchrun_jsc.runtime.records.report import FAILED, LOST
+from torchrun_jsc.runtime.requeue import sequence as requeuing
 from torchrun_jsc.runtime.session import Session
-from torchrun_jsc.runtime.watch import Phase, State, WorkersEnded
-from torchrun_jsc.runtime.watch_types import Member
+from torchrun_jsc.runtime.signals import signalled
+from torchrun_jsc.runtime.store.protocol import JobProtocol
+from torchrun_jsc.runtime.watch.heartbeats import Tracker
+from torchrun_jsc.runtime.watch.machine import Phase, State, WorkersEnded
+from torchrun_jsc.runtime.watch.vocabulary import Member
 
 from .sessions import err_lines, new_session, rec, with_store
 
@@ -40,7 +43,7 @@ def test_the_end_of_the_process_stops_the_watch_threads() -> None:
 
 
 def test_the_end_of_the_process_waits_for_store_calls_in_flight() -> None:
-    from torchrun_jsc.runtime.bounded import bounded
+    from torchrun_jsc.runtime.store.bounded import bounded
 
     left = threading.Event()
 
@@ -168,11 +171,11 @@ def test_a_finished_node_looks_for_a_failure_at_its_end(
 
 
 def test_every_action_has_its_owner() -> None:
-    """Each action :func:`~torchrun_jsc.runtime.watch.decide` can return is carried out by a
+    """Each action :func:`~torchrun_jsc.runtime.watch.machine.decide` can return is carried out by a
     handler of the session (the monitor's answer is read in torch's thread instead)."""
     from typing import get_args
 
-    from torchrun_jsc.runtime import watch
+    from torchrun_jsc.runtime.watch import machine as watch
 
     for action in get_args(watch.Action):
         if action is not watch.Answer:
@@ -211,7 +214,7 @@ def test_the_heartbeat_loop_survives_a_refusing_store_and_reports_a_stop() -> No
 
 def test_the_watchdog_reports_a_hanging_store() -> None:
     from torchrun_jsc.runtime.beating import Watchdog
-    from torchrun_jsc.runtime.watch import StoreQuiet
+    from torchrun_jsc.runtime.watch.machine import StoreQuiet
 
     store = FakeStore()
     store.busy_for = 42.0
@@ -255,7 +258,7 @@ def test_a_heartbeat_wait_that_took_the_peer_timeout_longer_says_this_node_did_n
 ) -> None:
     """Thawed: the heartbeat thread may wake before the watchdog and find a stop; the pause is
     posted first, so the node says why whichever thread wakes first."""
-    from torchrun_jsc.runtime.watch import StoreQuiet
+    from torchrun_jsc.runtime.watch.machine import StoreQuiet
 
     [event] = _wait_once(monkeypatch, 0.0, 100.0)
     assert isinstance(event, StoreQuiet) and event.paused == 100.0 - 2.5

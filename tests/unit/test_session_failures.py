@@ -10,10 +10,12 @@ from typing import Any, List
 
 import pytest
 
-from torchrun_jsc.runtime import failures, timing, workers
-from torchrun_jsc.runtime.report import FAILED
+from torchrun_jsc.runtime import timing
+from torchrun_jsc.runtime.processes import workers
+from torchrun_jsc.runtime.records import failures
+from torchrun_jsc.runtime.records.report import FAILED
 from torchrun_jsc.runtime.session import Node, Session
-from torchrun_jsc.runtime.watch import Ask, Phase, State, WorkersEnded
+from torchrun_jsc.runtime.watch.machine import Ask, Phase, State, WorkersEnded
 
 from .sessions import NOON, new_session
 

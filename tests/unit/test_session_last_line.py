@@ -10,12 +10,14 @@ from typing import Any, List
 import pytest
 
 from tests.unit.fakestore import FakeStore
-from torchrun_jsc.runtime import report, timing, workers
+from torchrun_jsc.runtime import timing
 from torchrun_jsc.runtime.ledger import LastLine, Ledger
-from torchrun_jsc.runtime.protocol import JobProtocol
-from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
+from torchrun_jsc.runtime.processes import workers
+from torchrun_jsc.runtime.records import report
+from torchrun_jsc.runtime.records.report import FAILED, LOST, STOPPED, Record
 from torchrun_jsc.runtime.session import Session
-from torchrun_jsc.runtime.watch import Phase, State
+from torchrun_jsc.runtime.store.protocol import JobProtocol
+from torchrun_jsc.runtime.watch.machine import Phase, State
 
 from .sessions import err_lines, new_session, rec, with_store
 

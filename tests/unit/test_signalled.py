@@ -8,8 +8,8 @@ from typing import Any, List, Optional
 
 import pytest
 
-from torchrun_jsc.runtime import signalled
-from torchrun_jsc.runtime.signalled import JobInfo
+from torchrun_jsc.runtime.signals import signalled
+from torchrun_jsc.runtime.signals.signalled import JobInfo
 
 SCONTROL = (
     "JobId=7 JobName=x UserId=root(0) GroupId=root(0) Priority=1 JobState={state} Reason={reason}"

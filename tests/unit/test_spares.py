@@ -9,13 +9,13 @@ from types import SimpleNamespace
 from typing import Any, List
 
 from tests.unit.fakestore import FakeStore, protocol
-from torchrun_jsc.runtime import watch
 from torchrun_jsc.runtime.beating import Heartbeats, Round
 from torchrun_jsc.runtime.node import Node
-from torchrun_jsc.runtime.protocol import JobProtocol
 from torchrun_jsc.runtime.session import Session
 from torchrun_jsc.runtime.spares import SpareLook
-from torchrun_jsc.runtime.watch_types import Member
+from torchrun_jsc.runtime.store.protocol import JobProtocol
+from torchrun_jsc.runtime.watch import machine as watch
+from torchrun_jsc.runtime.watch.vocabulary import Member
 
 
 def test_rounds_first_round_spares_and_the_end_round_trip() -> None:

@@ -6,9 +6,10 @@ from typing import List, Tuple
 
 import pytest
 
-from torchrun_jsc.runtime import report, watch
-from torchrun_jsc.runtime.report import FAILED, LOST, STOPPED, Record
-from torchrun_jsc.runtime.watch import (
+from torchrun_jsc.runtime.records import report
+from torchrun_jsc.runtime.records.report import FAILED, LOST, STOPPED, Record
+from torchrun_jsc.runtime.watch import machine as watch
+from torchrun_jsc.runtime.watch.machine import (
     Ask,
     Config,
     Event,

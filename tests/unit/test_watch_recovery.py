@@ -7,8 +7,8 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from torchrun_jsc.runtime import watch
-from torchrun_jsc.runtime.watch import (
+from torchrun_jsc.runtime.watch import machine as watch
+from torchrun_jsc.runtime.watch.machine import (
     Ask,
     Config,
     Event,
@@ -21,7 +21,7 @@ from torchrun_jsc.runtime.watch import (
     State,
     decide,
 )
-from torchrun_jsc.runtime.watch_types import Member
+from torchrun_jsc.runtime.watch.vocabulary import Member
 
 #: --nnodes=4 --max_restarts=3, lost nodes watched, recovery on.
 RECOVER = Config(

@@ -1,6 +1,6 @@
 """All versions: the job's first failure. Each node records its first failing worker (or that
 torchrun_jsc stopped its workers) in the rendezvous store; every agent ends with one line
-naming the job's first failure (:mod:`torchrun_jsc.runtime.report`)."""
+naming the job's first failure (:mod:`torchrun_jsc.runtime.records.report`)."""
 
 from __future__ import annotations
 

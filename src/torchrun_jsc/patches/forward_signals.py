@@ -3,8 +3,8 @@ handler for them, so they would kill the agent and orphan the workers; what a wo
 them is the training script's).
 
 The agent's handler only notes the signal; a thread decides
-(:mod:`torchrun_jsc.runtime.direct_signals`): when the signal probe
-(:mod:`torchrun_jsc.runtime.signal_probe`, started with the command line of the first worker
+(:mod:`torchrun_jsc.runtime.signals.direct`): when the signal probe
+(:mod:`torchrun_jsc.runtime.signals.probe`, started with the command line of the first worker
 ``worker_start`` sees) got the same signal, its sender reached the workers too and the agent
 leaves it; otherwise the agent passes it on to the workers that ``worker_start`` registers.
 torch's handlers for other signals stay as they are."""
@@ -18,9 +18,9 @@ import time
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from ..log import logger
-from ..runtime import workers
-from ..runtime.direct_signals import LATER, decide, unpaired
-from ..runtime.signal_probe import Probe
+from ..runtime.processes import workers
+from ..runtime.signals.direct import LATER, decide, unpaired
+from ..runtime.signals.probe import Probe
 from . import worker_start
 from ._common import on_restore, verified
 
@@ -85,7 +85,7 @@ class Forwarder:
 
     def _settle(self, signum: int, at: float) -> None:
         """Decide on signal ``signum`` the agent got at ``at`` (waiting for the probe, at most
-        :data:`~torchrun_jsc.runtime.direct_signals.LATER` seconds) and act."""
+        :data:`~torchrun_jsc.runtime.signals.direct.LATER` seconds) and act."""
         probe = self.probe
         with probe.changed:
             while True:

@@ -8,7 +8,7 @@ from typing import Dict, NamedTuple, Optional, Tuple, Type, Union
 
 from ..handover import Handover
 from ..runtime.node import Node
-from ..runtime.requeue import Budget
+from ..runtime.requeue.decision import Budget
 
 
 class FqHostname(NamedTuple):

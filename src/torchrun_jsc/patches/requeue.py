@@ -1,6 +1,6 @@
 """All versions, opt-in (``TORCHRUN_JSC_REQUEUE=1``): the job goes back into Slurm's queue
 after Slurm's warning signal before the time limit, and after a failure it cannot recover from
-inside its allocation, without the nodes it lost (:mod:`torchrun_jsc.runtime.requeuing`).
+inside its allocation, without the nodes it lost (:mod:`torchrun_jsc.runtime.requeue.sequence`).
 
 The warning signal gets a handler of its own, in front of the one that passes it on to the
 workers (``forward_signals``, which stays as it is): it marks the requeue pending, and torch's
@@ -12,11 +12,12 @@ from __future__ import annotations
 import signal
 from typing import Any, Callable, List, Optional
 
-from ..runtime import requeuing, session
+from ..runtime import session
 from ..runtime.node import Node
-from ..runtime.protocol import JobProtocol
-from ..runtime.requeue import Budget
-from ..runtime.watch_types import Event
+from ..runtime.requeue import sequence as requeuing
+from ..runtime.requeue.decision import Budget
+from ..runtime.store.protocol import JobProtocol
+from ..runtime.watch.vocabulary import Event
 from . import _agent_hooks
 from ._common import on_restore, verified
 

@@ -1,8 +1,9 @@
 """All versions: a stop by a signal ends the agent with one line. Only the first SIGTERM,
 SIGINT, SIGHUP or SIGQUIT raises torch's ``SignalException``; later ones, while torch stops
-the workers, are noted and do not interrupt that shutdown (:mod:`torchrun_jsc.runtime.signalled`).
+the workers, are noted and do not interrupt that shutdown
+(:mod:`torchrun_jsc.runtime.signals.signalled`).
 None raises once the job is being requeued: the requeue brings Slurm's SIGTERM, and the agent
-ends by itself (:mod:`torchrun_jsc.runtime.requeuing`).
+ends by itself (:mod:`torchrun_jsc.runtime.requeue.sequence`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..runtime import signalled
+from ..runtime.signals import signalled
 from ._common import Check, replace, verified
 
 CHECKS = (

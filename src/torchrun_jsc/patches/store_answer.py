@@ -76,7 +76,7 @@ def _say_silent(endpoint: str, started: float, bound: float) -> None:
 
 def _end_silent(endpoint: str, started: float) -> None:
     from ..runtime.ledger import say
-    from ..runtime.process_end import exit_now
+    from ..runtime.processes.end import exit_now
 
     say(
         f"torchrun_jsc: cannot start: the rendezvous host {endpoint} accepted connections but"

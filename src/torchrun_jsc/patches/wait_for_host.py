@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..log import logger
-from ..runtime import early_stop
+from ..runtime.signals import early_stop
 from ..torch_defaults import RDZV_PORT, READ_TIMEOUT
 from ._common import Check, replace, verified
 from .store_answer import answered
@@ -119,7 +119,7 @@ def _say_waiting(endpoint: str, elapsed: float, wait: float) -> None:
 def _give_up(endpoint: str, wait: float) -> None:
     """The next host after a handover never served: lost too. One line, exit 1."""
     from ..runtime.ledger import say
-    from ..runtime.process_end import exit_now
+    from ..runtime.processes.end import exit_now
 
     say(
         f"torchrun_jsc: cannot go on: the next rendezvous host {endpoint} did not serve within"

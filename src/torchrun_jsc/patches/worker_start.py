@@ -1,7 +1,8 @@
 """All versions: register every worker torch starts (so signals can be passed on to it; its
-command line goes to :func:`~torchrun_jsc.runtime.workers.starting` first), hand it
-to this agent's orphan watcher (:mod:`torchrun_jsc.runtime.orphans`: it dies with the agent,
-even by SIGKILL), and, before torch 2.2, start it in its own session as torch 2.2+ does."""
+command line goes to :func:`~torchrun_jsc.runtime.processes.workers.starting` first), hand it
+to this agent's orphan watcher (:mod:`torchrun_jsc.runtime.processes.orphans`: it dies with
+the agent, even by SIGKILL), and, before torch 2.2, start it in its own session as torch
+2.2+ does."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, Dict, Tuple
 
 from ..errors import PatchDeclinedError
 from ..log import logger
-from ..runtime import orphans, workers
+from ..runtime.processes import orphans, workers
 from ._common import Check, replace, verified
 
 CHECKS = (

@@ -1,6 +1,6 @@
 """The job watch's two threads: heartbeats (and, on the node that serves the store, the scan
 of everyone's) and the watchdog of the store connection. They only observe and post events;
-:mod:`torchrun_jsc.runtime.watch` decides."""
+:mod:`torchrun_jsc.runtime.watch.machine` decides."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import threading
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import heartbeats, timing
-from .heartbeats import Tracker
-from .protocol import Beat, JobProtocol
-from .watch import Event, MembersLost, StoreQuiet
+from . import timing
+from .store.protocol import Beat, JobProtocol
+from .watch import heartbeats
+from .watch.heartbeats import Tracker
+from .watch.machine import Event, MembersLost, StoreQuiet
 
 
 class Round(NamedTuple):
@@ -23,7 +24,7 @@ class Round(NamedTuple):
     serving: bool
     restarts_left: bool
     #: Recovery: the watcher also counts the live spares, of those the job had when the
-    #: round formed (``spares``; :mod:`.quorum`).
+    #: round formed (``spares``; :mod:`.watch.quorum`).
     recovery: bool = False
     spares: Sequence[str] = ()
 

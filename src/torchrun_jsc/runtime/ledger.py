@@ -8,10 +8,11 @@ import threading
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import heartbeats, timing
-from .bounded import bounded
-from .protocol import JobProtocol
-from .report import FAILED, LOST, STOPPED, Record, report_line
+from . import timing
+from .records.report import FAILED, LOST, STOPPED, Record, report_line
+from .store.bounded import bounded
+from .store.protocol import JobProtocol
+from .watch import heartbeats
 
 
 def say(line: str) -> None:

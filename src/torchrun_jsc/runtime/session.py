@@ -1,7 +1,8 @@
 """The agent-side job watch of one torchrun_jsc agent, wired into torch: events from torch's
-hooks and the watch's threads go to :func:`torchrun_jsc.runtime.watch.decide`; the actions it
-returns go to their owners (:mod:`.ledger` for records and the last line, :mod:`.beating` for
-heartbeats, :mod:`.workers` for stopping the workers, this module for ending the process).
+hooks and the watch's threads go to :func:`torchrun_jsc.runtime.watch.machine.decide`; the
+actions it returns go to their owners (:mod:`.ledger` for records and the last line,
+:mod:`.beating` for heartbeats, :mod:`.processes.workers` for stopping the workers, this
+module for ending the process).
 
 The ``peer_watch`` and ``failure_report`` patches configure :data:`SESSION` (each switches on
 its part; the order does not matter) and hook torch's agent in two places (both stable in
@@ -16,7 +17,7 @@ torch 1.13-2.15):
 
 Heartbeats: every agent adds 1 to its counter in the rendezvous store every few seconds (its own
 store connection). The agent that serves the store watches all counters
-(:class:`~.heartbeats.Tracker`). A member quiet for the peer timeout is lost: the watcher
+(:class:`~.watch.heartbeats.Tracker`). A member quiet for the peer timeout is lost: the watcher
 records it and tells every other member to stop at its next heartbeat; where torch can go on
 without the node (``--nnodes=MIN:MAX`` with restarts left), the watcher restarts its own
 workers instead and torch re-forms the job without it. A node whose store operation hangs or
@@ -44,19 +45,23 @@ import threading
 import time
 from typing import Any, List, Optional, Tuple
 
-from . import failures, heartbeats, relaunch, requeuing, timing, watch
+from . import relaunch, timing
 from .beating import Heartbeats, Round, Watchdog, paused_for
-from .bounded import bounded
-from .jobstore import JobStore
 from .ledger import LastLine, Ledger, say
 from .node import Node
-from .process_end import exit_now
-from .protocol import JobProtocol
+from .processes.end import exit_now
+from .records import failures
+from .requeue import sequence as requeuing
 from .rounds import Rounds
 from .session_end import Ending
 from .session_failover import FailingOver, Failover
 from .spares import SpareLook
-from .watch import Action, Config, Event, State
+from .store.bounded import bounded
+from .store.connection import JobStore
+from .store.protocol import JobProtocol
+from .watch import heartbeats
+from .watch import machine as watch
+from .watch.machine import Action, Config, Event, State
 
 __all__ = ["LOST_STORE", "SESSION", "Failover", "Node", "Session", "member_key", "reset"]
 

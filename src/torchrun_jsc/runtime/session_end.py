@@ -13,14 +13,20 @@ import time
 from typing import Callable, List, Optional
 
 from ..torch_defaults import TERM_GRACE
-from . import failures, heartbeats, requeuing, signalled, timing, watch, workers
+from . import timing
 from .beating import Heartbeats
-from .bounded import in_flight
 from .ledger import LastLine, Ledger
 from .node import Node
-from .process_end import exit_now
-from .requeue import short_name
-from .watch import Config, Event, State
+from .processes import workers
+from .processes.end import exit_now
+from .records import failures
+from .requeue import sequence as requeuing
+from .requeue.decision import short_name
+from .signals import signalled
+from .store.bounded import in_flight
+from .watch import heartbeats
+from .watch import machine as watch
+from .watch.machine import Config, Event, State
 
 
 def silence_teardown() -> None:

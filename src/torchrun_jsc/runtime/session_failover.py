@@ -10,12 +10,15 @@ import time
 from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
 from .. import handover
-from . import heartbeats, relaunch, timing, watch, workers
-from .bounded import bounded
+from . import relaunch, timing
 from .ledger import say
-from .process_end import exit_now
-from .protocol import JobProtocol
-from .watch import Config, Event, State
+from .processes import workers
+from .processes.end import exit_now
+from .store.bounded import bounded
+from .store.protocol import JobProtocol
+from .watch import heartbeats
+from .watch import machine as watch
+from .watch.machine import Config, Event, State
 
 
 class Failover(NamedTuple):

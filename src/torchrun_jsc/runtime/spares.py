@@ -2,7 +2,7 @@
 its first round, an agent looks every few seconds whether a round formed without it (the
 watcher publishes each round's members); it is a spare then, and from then on it looks whether
 the job ended (a node noted that it completed, or a stop was recorded) until it joins a round.
-This thread only observes and posts events; :mod:`torchrun_jsc.runtime.watch` decides."""
+This thread only observes and posts events; :mod:`torchrun_jsc.runtime.watch.machine` decides."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import threading
 from typing import Callable, List, Optional, Tuple
 
 from ..handover import Candidate
-from .protocol import JobProtocol
-from .watch import Event, Phase, SpareFound, SpareReleased
+from .store.protocol import JobProtocol
+from .watch.machine import Event, Phase, SpareFound, SpareReleased
 
 
 class SpareLook:

@@ -2,7 +2,7 @@
 encoded, behind verbs (beat, mark done, tell stop, write and read records, ...). Nothing else
 names a key or knows an encoding.
 
-Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
+Keys (under :class:`~torchrun_jsc.runtime.store.connection.JobStore`'s prefix
 ``torchrun_jsc/<run id>/``):
 
 | key | value |
@@ -11,7 +11,7 @@ Keys (under :class:`~torchrun_jsc.runtime.jobstore.JobStore`'s prefix
 | ``who/<member>`` | ``{"hostname": ..., "node_rank": ..., "address": ...}`` (names; next host) |
 | ``stop`` | the record of what stopped the job, written once (the first cause wins) |
 | ``fail/n`` | how many record slots are taken |
-| ``fail/<i>`` | one node's record (JSON, :class:`~torchrun_jsc.runtime.report.Record`) |
+| ``fail/<i>`` | one node's record (JSON, :class:`~torchrun_jsc.runtime.records.report.Record`) |
 | ``fail/read`` | how many nodes have read the records |
 | ``fail/settled`` | set once the serving node has added every record it will |
 | ``connected`` | 0; the operation that makes the connection at the first round |
@@ -44,7 +44,7 @@ import contextlib
 import json
 from typing import Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
-from .report import Record, collect
+from ..records.report import Record, collect
 
 #: A counter at or above this value tells its member that the job stops.
 _STOP_BASE = 1 << 40
@@ -242,7 +242,7 @@ class JobProtocol:
     def round_spares(self, number: int, members: Sequence[str]) -> Tuple[str, ...]:
         """The spares the job had when round ``number`` (of ``members``) formed: the
         registered spares not in the round, as the first node to ask found them (every node
-        reads the same ones, :mod:`~torchrun_jsc.runtime.quorum`)."""
+        reads the same ones, :mod:`~torchrun_jsc.runtime.watch.quorum`)."""
         key = f"round/{number}/spares"
         text = self.store.peek(key)
         if text is None:

@@ -1,5 +1,5 @@
 """torchrun_jsc's own connection to the rendezvous store (the keys it uses there, and their
-values, are :mod:`torchrun_jsc.runtime.protocol`'s).
+values, are :mod:`torchrun_jsc.runtime.store.protocol`'s).
 
 The agent's own TCPStore client is torch's; sharing it would let a blocked torchrun_jsc
 operation block torch (the client serialises operations) and the other way round. So this is a

@@ -1,4 +1,4 @@
-"""Carrying out a requeue (``TORCHRUN_JSC_REQUEUE=1``); the decisions are :mod:`.requeue`'s.
+"""Carrying out a requeue (``TORCHRUN_JSC_REQUEUE=1``); the decisions are :mod:`.decision`'s.
 
 **The warning signal** (Slurm's, before the time limit; SIGUSR1 by default). The agent's
 handler marks the requeue pending at once, in torch's main thread: from its next look on,
@@ -12,8 +12,9 @@ nor reported, nor passed through torch's exit barrier. Then, in a thread:
    stopped (SIGTERM, the grace, SIGKILL).
 3. every member says it is ready; the serving node waits for all of them, requeues the job,
    and writes the outcome; every node prints it and ends (0 when requeued). Slurm's SIGTERM,
-   which the requeue brings, is ignored from here on (:func:`.signalled.hold`): its SIGKILL
-   after ``KillWait`` is the bound.
+   which the requeue brings, is ignored from here on
+   (:func:`~torchrun_jsc.runtime.signals.signalled.hold`): its SIGKILL after ``KillWait`` is
+   the bound.
 
 **After a failure** the job cannot recover from (the first failure printed): the serving node
 applies the guard, requeues the job with the nodes the job watch declared lost excluded, and
@@ -32,14 +33,18 @@ import threading
 import time
 from typing import Callable, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
-from ..torch_defaults import TERM_GRACE
-from . import signalled, timing, workers
-from .bounded import bounded
-from .ledger import say
-from .process_end import exit_now
-from .protocol import JobProtocol
-from .report import Record
-from .requeue import (
+from ...torch_defaults import TERM_GRACE
+from .. import timing
+from ..ledger import say
+from ..processes import workers
+from ..processes.end import exit_now
+from ..records.report import Record
+from ..signals import signalled
+from ..store.bounded import bounded
+from ..store.protocol import JobProtocol
+from ..watch.vocabulary import Event
+from ..watch.vocabulary import Requeuing as RequeuingEvent
+from .decision import (
     STAND_INS,
     WARNING,
     Budget,
@@ -60,8 +65,6 @@ from .requeue import (
     stand_in_delay,
     verdict,
 )
-from .watch_types import Event
-from .watch_types import Requeuing as RequeuingEvent
 
 T = TypeVar("T")
 

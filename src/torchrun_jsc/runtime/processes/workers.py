@@ -1,10 +1,10 @@
 """This agent's worker processes: registered, watched.
 
 The ``worker_start`` patch registers every worker torch starts (and hands it to the orphan
-watcher, :mod:`torchrun_jsc.runtime.orphans`). The registry keeps each worker's ``Popen``; a
-thread per worker waits for its exit without reaping it (``waitid(WNOWAIT)``; torch still reaps)
-and notes the wall-clock time, so failures on different nodes can be ordered by when they
-happened.
+watcher, :mod:`torchrun_jsc.runtime.processes.orphans`). The registry keeps each worker's
+``Popen``; a thread per worker waits for its exit without reaping it (``waitid(WNOWAIT)``;
+torch still reaps) and notes the wall-clock time, so failures on different nodes can be ordered
+by when they happened.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Tuple
 
-from . import timing
+from .. import timing
 
 
 def interval_for(timeout: float) -> float:

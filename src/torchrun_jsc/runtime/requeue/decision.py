@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from .report import FAILED, ITSELF, LOST, Record, first_failure
+from ..records.report import FAILED, ITSELF, LOST, Record, first_failure
 
 
 class Budget(NamedTuple):

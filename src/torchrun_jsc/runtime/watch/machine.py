@@ -1,5 +1,5 @@
 """The job watch of one agent as a state machine: its states, the events that move it (the
-values are in :mod:`.watch_types`, re-exported here), and :func:`decide`, which is pure (state
+values are in :mod:`.vocabulary`, re-exported here), and :func:`decide`, which is pure (state
 and event in; the next state and the actions to carry out out).
 :mod:`torchrun_jsc.runtime.session` feeds it events from torch's hooks and the watch's threads
 and hands the actions to their owners.
@@ -42,10 +42,10 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from .. import handover
+from ... import handover
+from ..records.report import FAILED, ITSELF, LOST, Record, describe, node_name
 from . import heartbeats, quorum
-from .report import FAILED, ITSELF, LOST, Record, describe, node_name
-from .watch_types import (
+from .vocabulary import (
     Action,
     Answer,
     Ask,

@@ -26,7 +26,7 @@ TYPE_CHECKING = False  # not typing's: the probe starts without importing typing
 if TYPE_CHECKING:
     from typing import IO, Callable, List, MutableMapping, Optional, Sequence
 
-    from .direct_signals import Receipt
+    from .direct import Receipt
 
 
 #: Signals the probe ignores: they end a job, and ending is the agent's business.
@@ -53,9 +53,9 @@ def report_line(signum: int, at: float, sender: int) -> str:
 
 
 def parse_line(line: str) -> Optional[Receipt]:
-    """A probe's line as a :class:`~torchrun_jsc.runtime.direct_signals.Receipt`; None if it is
+    """A probe's line as a :class:`~torchrun_jsc.runtime.signals.direct.Receipt`; None if it is
     not one."""
-    from .direct_signals import Receipt
+    from .direct import Receipt
 
     parts = line.split(None, 3)
     if len(parts) != 4 or not parts[0].isdigit() or not parts[2].isdigit():

@@ -1,14 +1,14 @@
 """The job watch's vocabulary: the phases of a node, its state and configuration, the events
-that move it and the actions :func:`torchrun_jsc.runtime.watch.decide` returns (all immutable
-values; the decisions are in :mod:`torchrun_jsc.runtime.watch`)."""
+that move it and the actions :func:`torchrun_jsc.runtime.watch.machine.decide` returns (all
+immutable values; the decisions are in :mod:`torchrun_jsc.runtime.watch.machine`)."""
 
 from __future__ import annotations
 
 from enum import Enum
 from typing import NamedTuple, Optional, Tuple, Union
 
-from ..handover import Candidate, Handover
-from .report import Record, node_name
+from ...handover import Candidate, Handover
+from ..records.report import Record, node_name
 
 
 class Phase(Enum):

@@ -5,7 +5,7 @@ processes: slurmstepd with proctrack/linuxproc signals the task's descendants, w
 proctrack/cgroup the whole cgroup, with proctrack/pgid only the task's process group; psslurm
 has rules of its own; ``kill`` reaches whom it is given. Rather than assume one, the agent asks
 a process placed like the workers (its child, in a session of its own, in its cgroup: the
-probe, :mod:`torchrun_jsc.runtime.signal_probe`) what it got. A probe's receipt of the same
+probe, :mod:`torchrun_jsc.runtime.signals.probe`) what it got. A probe's receipt of the same
 signal close in time to the agent's handler is the same delivery: its sender reached the
 workers, so the agent does not pass the signal on; otherwise it does, once the probe has had
 :data:`LATER` seconds to report. Without a probe every signal is passed on.

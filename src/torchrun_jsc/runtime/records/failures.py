@@ -8,7 +8,8 @@ import signal
 import time
 from typing import Any, Optional
 
-from . import timing, workers
+from .. import timing
+from ..processes import workers
 from .report import FAILED, STOPPED, Record, error_file_message
 
 #: Ranks of a node that ended with the same code within this many seconds of the first ended

@@ -1,7 +1,7 @@
 """Who may go on after a loss (pure): of two sides of any partition, at most one.
 
 The job's nodes at a round are that round's members and the spares registered when it formed
-(:meth:`~torchrun_jsc.runtime.protocol.JobProtocol.round_spares`; every node reads the same
+(:meth:`~torchrun_jsc.runtime.store.protocol.JobProtocol.round_spares`; every node reads the same
 number). A group of nodes may form the next round only with a strict majority of them, or
 exactly half of them with the last round's rendezvous host among them: the side that keeps the
 store (the host's) and the side that hands over (without the host) can then never both go on.
