@@ -171,15 +171,18 @@ def test_a_finished_node_looks_for_a_failure_at_its_end(
 
 
 def test_every_action_has_its_owner() -> None:
-    """Each action :func:`~torchrun_jsc.runtime.watch.machine.decide` can return is carried out by a
-    handler of the session (the monitor's answer is read in torch's thread instead)."""
+    """Each action :func:`~torchrun_jsc.runtime.watch.machine.decide` can return has exactly one
+    handler in the session's table, and the table holds nothing else (the monitor's answer is
+    read in torch's thread instead)."""
     from typing import get_args
 
+    from torchrun_jsc.runtime.session import HANDLERS
     from torchrun_jsc.runtime.watch import machine as watch
 
-    for action in get_args(watch.Action):
-        if action is not watch.Answer:
-            assert callable(getattr(Session, f"_do_{action.__name__}", None)), action
+    actions = [action for action in get_args(watch.Action) if action is not watch.Answer]
+    assert sorted(HANDLERS, key=str) == sorted(actions, key=str)
+    assert all(callable(handler) for handler in HANDLERS.values())
+    assert len(set(HANDLERS.values())) == len(HANDLERS), "one handler per action"
 
 
 def test_the_heartbeat_loop_survives_a_refusing_store_and_reports_a_stop() -> None:

@@ -43,7 +43,8 @@ import atexit
 import contextlib
 import threading
 import time
-from typing import Any, List, Optional, Tuple
+from types import MappingProxyType
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from . import relaunch, timing
 from .beating import Heartbeats, Round, Watchdog, paused_for
@@ -63,7 +64,16 @@ from .watch import heartbeats
 from .watch import machine as watch
 from .watch.machine import Action, Config, Event, State
 
-__all__ = ["LOST_STORE", "SESSION", "Failover", "Node", "Session", "member_key", "reset"]
+__all__ = [
+    "HANDLERS",
+    "LOST_STORE",
+    "SESSION",
+    "Failover",
+    "Node",
+    "Session",
+    "member_key",
+    "reset",
+]
 
 
 class Session(Ending, FailingOver):
@@ -332,8 +342,7 @@ class Session(Ending, FailingOver):
             self._carry_out(action)
 
     def _carry_out(self, action: Action) -> None:
-        handler = getattr(self, f"_do_{type(action).__name__}")
-        handler(action)
+        HANDLERS[type(action)](self, action)
 
     def _do_Say(self, action: watch.Say) -> None:
         say(action.line)
@@ -490,6 +499,31 @@ class Session(Ending, FailingOver):
                 spares,
             )
 
+
+#: Who carries out each action :func:`~.watch.machine.decide` returns, by its type (the
+#: monitor's :class:`~.watch.vocabulary.Answer` is read in torch's thread instead: ``_look``).
+HANDLERS: Mapping[type, Callable[[Session, Any], None]] = MappingProxyType(
+    {
+        watch.Say: Session._do_Say,
+        watch.StartWatch: Session._do_StartWatch,
+        watch.Rewatch: Session._do_Rewatch,
+        watch.Publish: Session._do_Publish,
+        watch.TellStop: Session._do_TellStop,
+        watch.PublishOwn: Session._do_PublishOwn,
+        watch.ZeroRestarts: Session._do_ZeroRestarts,
+        watch.StopWorkers: Session._do_StopWorkers,
+        watch.Leave: Session._do_Leave,
+        watch.MarkDone: Session._do_MarkDone,
+        watch.LookForStop: Session._do_LookForStop,
+        watch.RegisterSpare: Session._do_RegisterSpare,
+        watch.SetRestarts: Session._do_SetRestarts,
+        watch.EndSpare: Session._do_EndSpare,
+        watch.LookUpNextHost: Session._do_LookUpNextHost,
+        watch.HandOver: Session._do_HandOver,
+        watch.MarkCompleted: Session._do_MarkCompleted,
+        watch.AwaitSpares: Session._do_AwaitSpares,
+    }
+)
 
 #: torch's error for a rendezvous store that cannot be reached.
 LOST_STORE = "RendezvousConnectionError"
