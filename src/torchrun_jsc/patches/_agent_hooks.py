@@ -8,13 +8,11 @@ from typing import Any, Optional, Tuple
 
 from ..runtime import session
 from ..runtime.node import Node
-from ._common import Check, on_restore, replace, verified
+from ._common import AGENT, LOCAL_AGENT, Check, on_restore, replace, verified
 
-_API = "torch.distributed.elastic.agent.server.api"
-_LOCAL = "torch.distributed.elastic.agent.server.local_elastic_agent"
 CHECKS = (
-    Check(_API, "SimpleElasticAgent._rendezvous", (("self", "worker_group"),)),
-    Check(_LOCAL, "LocalElasticAgent._monitor_workers", (("self", "worker_group"),)),
+    Check(AGENT, "SimpleElasticAgent._rendezvous", (("self", "worker_group"),)),
+    Check(LOCAL_AGENT, "LocalElasticAgent._monitor_workers", (("self", "worker_group"),)),
 )
 _MARK = "__torchrun_jsc_hook__"
 

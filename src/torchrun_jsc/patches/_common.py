@@ -8,6 +8,12 @@ from typing import Any, Callable, Iterable, List, NamedTuple, Sequence, Tuple, U
 
 from ..errors import PatchDeclinedError
 
+#: The torch modules more than one patch reaches into, spelled once.
+DYNAMIC_RENDEZVOUS = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
+AGENT = "torch.distributed.elastic.agent.server.api"
+LOCAL_AGENT = "torch.distributed.elastic.agent.server.local_elastic_agent"
+PROCESSES = "torch.distributed.elastic.multiprocessing.api"
+
 _UNDO: List[Union[Tuple[object, str, Any], Callable[[], None]]] = []
 
 

@@ -19,13 +19,12 @@ from ..handover import Handover
 from ..runtime import session
 from ..runtime.node import Node
 from . import _agent_hooks
-from ._common import Check, replace, verified
+from ._common import DYNAMIC_RENDEZVOUS, Check, replace, verified
 
-_DYNAMIC = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
 CHECKS = (
     *_agent_hooks.CHECKS,
-    Check(_DYNAMIC, "DynamicRendezvousHandler.next_rendezvous", (("self",),)),
-    Check(_DYNAMIC, "DynamicRendezvousHandler.num_nodes_waiting", (("self",),)),
+    Check(DYNAMIC_RENDEZVOUS, "DynamicRendezvousHandler.next_rendezvous", (("self",),)),
+    Check(DYNAMIC_RENDEZVOUS, "DynamicRendezvousHandler.num_nodes_waiting", (("self",),)),
 )
 
 

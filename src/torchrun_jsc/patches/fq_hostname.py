@@ -6,9 +6,9 @@ time in its module, so replacing the module attribute is enough.
 
 from __future__ import annotations
 
-from ._common import Check, replace, verified
+from ._common import AGENT, Check, replace, verified
 
-CHECKS = (Check("torch.distributed.elastic.agent.server.api", "_get_fq_hostname", ((),)),)
+CHECKS = (Check(AGENT, "_get_fq_hostname", ((),)),)
 
 
 def install(address: str) -> None:

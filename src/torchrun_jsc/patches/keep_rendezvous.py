@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._common import Check, replace, verified
+from ._common import AGENT, LOCAL_AGENT, Check, replace, verified
 
-_AGENT = "torch.distributed.elastic.agent.server.api"
-_LOCAL = "torch.distributed.elastic.agent.server.local_elastic_agent"
 #: The replaced function first, then the two whose 2.3 behaviour it works around.
 CHECKS = (
-    Check(_AGENT, "SimpleElasticAgent._restart_workers", (("self", "worker_group"),)),
-    Check(_LOCAL, "LocalElasticAgent._stop_workers", (("self", "worker_group"),)),
-    Check(_LOCAL, "LocalElasticAgent._shutdown", (("self", "death_sig"),)),
+    Check(AGENT, "SimpleElasticAgent._restart_workers", (("self", "worker_group"),)),
+    Check(LOCAL_AGENT, "LocalElasticAgent._stop_workers", (("self", "worker_group"),)),
+    Check(LOCAL_AGENT, "LocalElasticAgent._shutdown", (("self", "death_sig"),)),
 )
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ._common import Check, replace, verified
+from ._common import DYNAMIC_RENDEZVOUS, Check, replace, verified
 
 CHECKS = (
     Check(
-        "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
+        DYNAMIC_RENDEZVOUS,
         "_NodeDescGenerator.generate",
         (("self", "local_addr"),),
     ),

@@ -16,12 +16,15 @@ import functools
 from typing import Any, Tuple
 
 from ..handover import RANK_SHIFT
-from ._common import Check, replace, verified
+from ._common import DYNAMIC_RENDEZVOUS, Check, replace, verified
 
-_DR = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
 CHECKS = (
-    Check(_DR, "_NodeDescGenerator.generate", (("self",), ("self", "local_addr"))),
-    Check(_DR, "_DistributedRendezvousOpExecutor._mark_rendezvous_complete", (("self",),)),
+    Check(DYNAMIC_RENDEZVOUS, "_NodeDescGenerator.generate", (("self",), ("self", "local_addr"))),
+    Check(
+        DYNAMIC_RENDEZVOUS,
+        "_DistributedRendezvousOpExecutor._mark_rendezvous_complete",
+        (("self",),),
+    ),
 )
 #: The node rank lives above these bits of ``local_id`` (torch counts handlers in the low bits).
 SHIFT = RANK_SHIFT

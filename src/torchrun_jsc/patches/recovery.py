@@ -15,12 +15,11 @@ from typing import Any
 from ..runtime import session
 from ..runtime.node import Node
 from . import _agent_hooks
-from ._common import Check, replace, verified
+from ._common import DYNAMIC_RENDEZVOUS, Check, replace, verified
 
-_DYNAMIC = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
 CHECKS = (
     *_agent_hooks.CHECKS,
-    Check(_DYNAMIC, "DynamicRendezvousHandler.shutdown", (("self",),)),
+    Check(DYNAMIC_RENDEZVOUS, "DynamicRendezvousHandler.shutdown", (("self",),)),
 )
 
 

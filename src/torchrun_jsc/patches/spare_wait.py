@@ -16,10 +16,9 @@ import functools
 import time
 from typing import Any
 
-from ._common import Check, replace, verified
+from ._common import DYNAMIC_RENDEZVOUS, Check, replace, verified
 
-_DYNAMIC = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
-CHECKS = (Check(_DYNAMIC, "_RendezvousJoinOp.__call__", (("self", "ctx", "deadline"),)),)
+CHECKS = (Check(DYNAMIC_RENDEZVOUS, "_RendezvousJoinOp.__call__", (("self", "ctx", "deadline"),)),)
 #: Where a join operation keeps the last moment its node waited beside a full round.
 _BESIDE = "_torchrun_jsc_beside_full_round"
 

@@ -11,9 +11,9 @@ import re
 from typing import Any, Dict, Union
 
 from ..errors import PatchDeclinedError
-from ._common import Check, replace, verified
+from ._common import PROCESSES, Check, replace, verified
 
-CHECKS = (Check("torch.distributed.elastic.multiprocessing.api", "Std.from_str", (("cls", "vm"),)),)
+CHECKS = (Check(PROCESSES, "Std.from_str", (("cls", "vm"),)),)
 _VALUE = re.compile(r"^[0-3]$")
 _MAPPING = re.compile(r"^(\d+:[0-3],)*\d+:[0-3]$")
 

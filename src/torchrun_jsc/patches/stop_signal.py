@@ -12,11 +12,11 @@ import functools
 from typing import Any
 
 from ..runtime.signals import signalled
-from ._common import Check, replace, verified
+from ._common import PROCESSES, Check, replace, verified
 
 CHECKS = (
     Check(
-        "torch.distributed.elastic.multiprocessing.api",
+        PROCESSES,
         "_terminate_process_handler",
         (("signum", "frame"),),
     ),

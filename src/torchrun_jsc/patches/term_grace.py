@@ -8,11 +8,11 @@ import functools
 from typing import Any
 
 from ..torch_defaults import TERM_GRACE
-from ._common import Check, replace, verified
+from ._common import PROCESSES, Check, replace, verified
 
 CHECKS = (
     Check(
-        "torch.distributed.elastic.multiprocessing.api",
+        PROCESSES,
         "PContext.close",
         (("self", "death_sig", "timeout"),),
     ),

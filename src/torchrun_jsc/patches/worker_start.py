@@ -13,11 +13,11 @@ from typing import Any, Dict, Tuple
 from ..errors import PatchDeclinedError
 from ..log import logger
 from ..runtime.processes import orphans, workers
-from ._common import Check, replace, verified
+from ._common import PROCESSES, Check, replace, verified
 
 CHECKS = (
     Check(
-        "torch.distributed.elastic.multiprocessing.api",
+        PROCESSES,
         "SubprocessHandler._popen",
         (("self", "args", "env"),),
     ),
