@@ -19,10 +19,10 @@ from typing import Any
 from ..errors import PatchDeclinedError
 from ..runtime import host_place, session
 from ..runtime.ledger import say
-from ._common import Check, find, replace, verified
+from ..runtime.store.protocol import member_key
+from ._common import DYNAMIC_RENDEZVOUS, Check, find, replace, verified
 
-_DYNAMIC = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
-CHECKS = (Check(_DYNAMIC, "_RendezvousJoinOp.__call__", (("self", "ctx", "deadline"),)),)
+CHECKS = (Check(DYNAMIC_RENDEZVOUS, "_RendezvousJoinOp.__call__", (("self", "ctx", "deadline"),)),)
 #: The two actions of torch's ``_Action`` that are exchanged.
 _ACTIONS = ("ADD_TO_PARTICIPANTS", "SYNC")
 #: Where a join operation keeps the moment its node began to hold back, and that it gave up.
@@ -33,9 +33,9 @@ _GAVE_UP = "_torchrun_jsc_gave_up"
 def install(wait: float) -> None:
     """Hold a node's join back while the round would reach its quorum without the host."""
     ((owner, attr, call),) = verified(CHECKS)
-    actions = find(_DYNAMIC, "_Action")[2]
+    actions = find(DYNAMIC_RENDEZVOUS, "_Action")[2]
     if not all(hasattr(actions, name) for name in _ACTIONS):
-        raise PatchDeclinedError(f"{_DYNAMIC}._Action has no {' or '.join(_ACTIONS)}")
+        raise PatchDeclinedError(f"{DYNAMIC_RENDEZVOUS}._Action has no {' or '.join(_ACTIONS)}")
     add, look_again = (getattr(actions, name) for name in _ACTIONS)
 
     @functools.wraps(call)
@@ -43,11 +43,11 @@ def install(wait: float) -> None:
         action = call(self, ctx, deadline)
         if action != add:
             return action
-        members = {session.member_key(node) for node in ctx.state.participants}
+        members = {member_key(node) for node in ctx.state.participants}
         now = time.monotonic()
         since = getattr(self, _SINCE, now)
         decided = host_place.place(
-            session.member_key(ctx.node),
+            member_key(ctx.node),
             session.SESSION.host_member(),
             members,
             ctx.settings.min_nodes,

@@ -59,7 +59,7 @@ from .session_failover import FailingOver, Failover
 from .spares import SpareLook
 from .store.bounded import bounded
 from .store.connection import JobStore
-from .store.protocol import JobProtocol
+from .store.protocol import JobProtocol, member_key
 from .watch import heartbeats
 from .watch import machine as watch
 from .watch.machine import Action, Config, Event, State
@@ -71,7 +71,6 @@ __all__ = [
     "Failover",
     "Node",
     "Session",
-    "member_key",
     "reset",
 ]
 
@@ -529,12 +528,6 @@ HANDLERS: Mapping[type, Callable[[Session, Any], None]] = MappingProxyType(
 LOST_STORE = "RendezvousConnectionError"
 #: torch's errors of a rendezvous that could not reach its store or gather its nodes.
 _LOST = (LOST_STORE, "RendezvousTimeoutError")
-
-
-def member_key(node: Any) -> str:
-    """A rendezvous participant as a store key (torch's own identity of the node)."""
-    address = getattr(node, "addr", None) or getattr(node, "fqdn", "?")
-    return f"{address}_{node.pid}_{node.local_id}"
 
 
 #: This agent process's job watch.

@@ -3,7 +3,8 @@ encoded, behind verbs (beat, mark done, tell stop, write and read records, ...).
 names a key or knows an encoding.
 
 Keys (under :class:`~torchrun_jsc.runtime.store.connection.JobStore`'s prefix
-``torchrun_jsc/<run id>/``):
+``torchrun_jsc/<run id>/``; a ``<member>`` is a rendezvous participant as :func:`member_key`
+spells it):
 
 | key | value |
 |---|---|
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 from ..records.report import Record, collect
 
@@ -81,6 +82,12 @@ def decode(value: int) -> Beat:
     if value >= _DONE_BASE:
         return Beat(value - _DONE_BASE, done=True)
     return Beat(value)
+
+
+def member_key(node: Any) -> str:
+    """A rendezvous participant as a store key (torch's own identity of the node)."""
+    address = getattr(node, "addr", None) or getattr(node, "fqdn", "?")
+    return f"{address}_{node.pid}_{node.local_id}"
 
 
 def _beat_key(member: str) -> str:
