@@ -6,6 +6,7 @@ import pytest
 
 from torchrun_jsc.runtime.watch import heartbeats
 from torchrun_jsc.runtime.watch.heartbeats import Tracker
+from torchrun_jsc.runtime.watch.vocabulary import Config
 
 
 def test_tracker_declares_a_quiet_member_lost_after_the_timeout() -> None:
@@ -59,3 +60,11 @@ def test_interval() -> None:
 )
 def test_host_lost(stuck: float, silent: float, done: bool, lost: bool) -> None:
     assert heartbeats.host_lost(stuck, silent, 10.0, done) is lost
+
+
+@pytest.mark.parametrize(
+    ("timeout", "interval"), [(0.0, 0.0), (8.0, 2.0), (20.0, 5.0), (60.0, 5.0)]
+)
+def test_the_watchs_configuration_says_its_beat_interval(timeout: float, interval: float) -> None:
+    """One home for the beat interval: the configuration's, from its peer timeout."""
+    assert Config(peer_timeout=timeout).beat_interval == interval

@@ -60,7 +60,6 @@ from .spares import SpareLook
 from .store.bounded import bounded
 from .store.connection import JobStore
 from .store.protocol import JobProtocol, member_key
-from .watch import heartbeats
 from .watch import machine as watch
 from .watch.machine import Action, Config, Event, State
 
@@ -181,7 +180,7 @@ class Session(Ending, FailingOver):
             lambda: self.state.phase,
             self.post,
             self.closing,
-            heartbeats.interval_for(config.peer_timeout),
+            config.beat_interval,
             self._next_hosts,
         )
         self.spare_look = threading.Thread(target=look.run, daemon=True, name="trjsc-spare")

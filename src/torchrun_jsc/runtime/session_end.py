@@ -24,7 +24,6 @@ from .requeue import sequence as requeuing
 from .requeue.decision import short_name
 from .signals import signalled
 from .store.bounded import in_flight
-from .watch import heartbeats
 from .watch import machine as watch
 from .watch.machine import Config, Event, State
 
@@ -129,8 +128,7 @@ class Ending:
             return
         members, serving, me = list(self.members), self.serving, self.me
         settle, beats = self._settle(), self.beats
-        timeout = self.config.peer_timeout
-        beat = heartbeats.interval_for(timeout) if timeout > 0 else 0.0
+        beat = self.config.beat_interval
         quiet = None if beats is None or not serving else functools.partial(beats.quiet, me)
         self.last_line.print(
             self.ledger,
@@ -143,9 +141,7 @@ class Ending:
 
     def _settle(self) -> float:
         """How long to wait for the other nodes' records."""
-        timeout = self.config.peer_timeout
-        beat = heartbeats.interval_for(timeout) if timeout > 0 else 0.0
-        return timing.SETTLE + max(self.monitor_interval, beat)
+        return timing.SETTLE + max(self.monitor_interval, self.config.beat_interval)
 
     def _grace(self) -> float:
         """Seconds the workers have between SIGTERM and SIGKILL."""

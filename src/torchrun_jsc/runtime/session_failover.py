@@ -16,7 +16,6 @@ from .processes import workers
 from .processes.end import exit_now
 from .store.bounded import bounded
 from .store.protocol import JobProtocol
-from .watch import heartbeats
 from .watch import machine as watch
 from .watch.machine import Config, Event, State
 
@@ -95,7 +94,7 @@ class FailingOver:
         config = self.config
         if not config.failover:
             return
-        beat = heartbeats.interval_for(config.peer_timeout)
+        beat = config.beat_interval
         deadline = time.monotonic() + config.peer_timeout + 2 * beat + timing.WATCHDOG_EVERY
         going = (watch.Phase.TRAINING, watch.Phase.RESTARTING, watch.Phase.SPARE)
         while time.monotonic() < deadline:

@@ -333,7 +333,7 @@ def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
     timeout = config.peer_timeout
     if event.paused >= timeout:
         return _resumed(config, state, event)
-    if config.failover and event.paused >= heartbeats.interval_for(timeout):
+    if config.failover and event.paused >= config.beat_interval:
         state = state._replace(paused_until=event.now, paused_for=event.paused)
     if not heartbeats.host_lost(event.stuck, event.silent, timeout, state.succeeded):
         return state, ()

@@ -9,6 +9,7 @@ from typing import NamedTuple, Optional, Tuple, Union
 
 from ...handover import Candidate, Handover
 from ..records.report import Record, node_name
+from . import heartbeats
 
 
 class Phase(Enum):
@@ -80,6 +81,11 @@ class Config(NamedTuple):
     def watching_peers(self) -> bool:
         """Whether heartbeats are on."""
         return self.peer_timeout > 0
+
+    @property
+    def beat_interval(self) -> float:
+        """Seconds between two heartbeats (0 with heartbeats off)."""
+        return heartbeats.interval_for(self.peer_timeout)
 
 
 class State(NamedTuple):
