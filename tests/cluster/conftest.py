@@ -18,6 +18,7 @@ from typing import Callable
 import pytest
 
 from tests.cluster.harness import Cluster, free_prefix, missing_requirements
+from tests.cluster.recovery_jobs import SLOW
 from tests.cluster.scenarios import Job
 
 HERE = Path(__file__).resolve().parent
@@ -82,6 +83,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason="cluster tests: " + "; ".join(_why))
         for it in mine:
             it.add_marker(skip)
+    if not SLOW:  # a test marked slow skips with its marker's reason
+        for it in mine:
+            slow = it.get_closest_marker("slow")
+            if slow is not None:
+                why = slow.kwargs.get("reason", "slow: TRJSC_SLOW_SCENARIOS=1")
+                it.add_marker(pytest.mark.skip(reason=why))
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Sequence, Tuple
 
 from tests.cluster.harness import Cluster
 from tests.cluster.scenarios import Job, torchrun_argv
@@ -23,6 +23,20 @@ PEER_TIMEOUT = 10.0
 STEPS = 80
 #: The new round must train within the peer timeout and this much after the fault (issue 21).
 TO_FIRST_STEP = PEER_TIMEOUT + 60.0
+
+
+def every_node_exited(job: Job, nodes: Iterable[int], code: int, why: str = "") -> None:
+    """Each of ``nodes`` ended with exit code ``code`` (else their codes, ``why`` and what every
+    node said)."""
+    nodes = list(nodes)
+    codes = {i: job.procs[i].returncode for i in nodes}
+    assert codes == dict.fromkeys(nodes, code), f"{codes}{why}\n{said(job)}"
+
+
+def every_node_failed(job: Job, nodes: Iterable[int]) -> None:
+    """Each of ``nodes`` ended, with an exit code other than 0."""
+    codes = {i: job.procs[i].returncode for i in nodes}
+    assert all(c not in (None, 0) for c in codes.values()), f"{codes}\n{said(job)}"
 
 
 def said(job: Job) -> str:

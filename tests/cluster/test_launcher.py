@@ -230,14 +230,12 @@ def test_host_node_missing_fails_in_bounded_time(jsc_cluster: Cluster) -> None:
     assert elapsed < 90, f"{elapsed:.0f} s"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(
+    reason="32 nodes: TRJSC_SLOW_SCENARIOS=1 runs it, by hand (scripts/torch-matrix leaves it out)"
+)
 def test_thirty_two_nodes(make_cluster: Callable[..., Cluster], launcher_python: Path) -> None:
     """A 32-node launch (issue: scale): every rank right, MASTER_ADDR on the IB network, group
     ranks in node order. About 2-3 minutes on 2 cores; TRJSC_SLOW_SCENARIOS=1 runs it."""
-    if os.environ.get("TRJSC_SLOW_SCENARIOS") != "1":
-        pytest.skip(
-            "32 nodes: TRJSC_SLOW_SCENARIOS=1 runs it, by hand (scripts/torch-matrix leaves it out)"
-        )
     big = make_cluster(nodes=32, prefix="trjb", python=launcher_python)
     r = srun(big, jsc(big, nnodes=32, conf="join_timeout=300,read_timeout=120"), timeout=600)
     results = assert_training_ok(big, r, world=32, master_addr=ib_ip(0))

@@ -34,7 +34,6 @@ from tests.cluster.scenarios import (
 
 pytestmark = pytest.mark.cluster
 
-SLOW = os.environ.get("TRJSC_SLOW_SCENARIOS") == "1"
 #: Every other node must be gone this long after the fault (the issue's bound).
 BOUND = 120.0
 #: The peer timeout the per-release scenarios use (the smallest accepted; the default, 60 s, has
@@ -352,17 +351,20 @@ def test_sigusr1_from_each_sender_reaches_every_worker_once(
         # the strictest setting: the smallest peer timeout accepted, six of its periods
         pytest.param(60, FAST_PEER_TIMEOUT, id="60s-peer10"),
         # the defaults for ten minutes
-        pytest.param(600, None, id="10min", marks=pytest.mark.slow),
+        pytest.param(
+            600,
+            None,
+            id="10min",
+            marks=pytest.mark.slow(
+                reason="10 minutes: TRJSC_SLOW_SCENARIOS=1 runs it, by hand (scripts/torch-matrix"
+                " leaves it out)"
+            ),
+        ),
     ],
 )
 def test_no_false_alarm_on_a_fully_loaded_machine(
     main_cluster: Cluster, job_cleanup: List[Job], seconds: int, peer_timeout: Optional[str]
 ) -> None:
-    if seconds > 90 and not SLOW:
-        pytest.skip(
-            "10 minutes: TRJSC_SLOW_SCENARIOS=1 runs it, by hand (scripts/torch-matrix"
-            " leaves it out)"
-        )
     extra = {"TORCHRUN_JSC_PEER_TIMEOUT": peer_timeout} if peer_timeout else {}
     hogs = busy(4)  # two per core of this 2-core machine
     try:
@@ -387,14 +389,19 @@ def test_no_false_alarm_on_a_fully_loaded_machine(
     ("delay", "conf"),
     [
         pytest.param(30, "read_timeout=5", id="30s-read5"),
-        pytest.param(200, None, id="200s-defaults", marks=pytest.mark.slow),
+        pytest.param(
+            200,
+            None,
+            id="200s-defaults",
+            marks=pytest.mark.slow(
+                reason="200 s: TRJSC_SLOW_SCENARIOS=1 runs it (scripts/torch-matrix does)"
+            ),
+        ),
     ],
 )
 def test_late_rendezvous_host_is_waited_for(
     jsc_cluster: Cluster, delay: int, conf: Optional[str]
 ) -> None:
-    if delay > 60 and not SLOW:
-        pytest.skip("200 s: TRJSC_SLOW_SCENARIOS=1 runs it (scripts/torch-matrix does)")
     command = argv(jsc_cluster)
     command = [a for a in command if not a.startswith("--rdzv_conf")]
     if conf:
@@ -528,7 +535,9 @@ def test_group_ranks_follow_node_ranks(crossing_cluster: Cluster, order: str) ->
 # --------------------------------------------------------------------------- elastic
 
 
-@pytest.mark.slow
+@pytest.mark.slow(
+    reason="documents torch per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix)"
+)
 def test_elastic_job_with_a_frozen_node_ends_in_bounded_time(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -543,8 +552,6 @@ def test_elastic_job_with_a_frozen_node_ends_in_bounded_time(
         conf="join_timeout=60,read_timeout=60,last_call_timeout=5",
         extra=("--max_restarts=2",),
     )
-    if not SLOW:
-        pytest.skip("documents torch per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix)")
     job = Job(
         jsc_cluster,
         command,

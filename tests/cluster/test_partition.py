@@ -23,11 +23,11 @@ import pytest
 from tests.cluster.harness import Cluster
 from tests.cluster.recovery_jobs import (
     PEER_TIMEOUT,
-    SLOW,
     TO_FIRST_STEP,
     assert_resumed_and_completed,
     command,
     envs,
+    every_node_exited,
     first_step_after,
     last_run,
     said,
@@ -69,8 +69,7 @@ def goes_on(job: Job, nodes: Sequence[int], world: int, limit: float) -> float:
     the new round's first step."""
     to_step = first_step_after(job, nodes[0], 1, TO_FIRST_STEP + 30)
     job.wait_exit(nodes, limit)
-    codes = {i: job.procs[i].returncode for i in nodes}
-    assert codes == dict.fromkeys(nodes, 0), f"{codes}\n{said(job)}"
+    every_node_exited(job, nodes, 0)
     assert_resumed_and_completed(job, nodes, world)
     for i in nodes:
         done = re.compile(rf"^TRJSC_DONE host=node{i} rank=\d+ world={world} acc=(\d+) expect=\1$")
@@ -84,8 +83,7 @@ def never_trains_again(job: Job, nodes: Sequence[int], cut_at: float) -> str:
     on, as its last line or followed only by the job's first failure (the line a node that
     watched the others ends with); the lines that say why, joined."""
     job.wait_exit(nodes, max(cut_at + CUT_OFF_ENDS - time.monotonic(), 1.0))
-    codes = {i: job.procs[i].returncode for i in nodes}
-    assert codes == dict.fromkeys(nodes, 1), f"{codes} (bound {CUT_OFF_ENDS:.0f} s)\n{said(job)}"
+    every_node_exited(job, nodes, 1, f" (bound {CUT_OFF_ENDS:.0f} s)")
     reasons = []
     for i in nodes:
         text = job.output(i)
@@ -154,7 +152,7 @@ def test_two_against_two_only_the_hosts_side_goes_on(
     print(f"two against two: the cut to the new round's first step {to_step:.1f} s\n{lines}")
 
 
-@pytest.mark.skipif(not SLOW, reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
+@pytest.mark.slow(reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
 def test_a_node_cut_off_alone_never_trains_alone(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:

@@ -60,7 +60,7 @@ def test_good_job_ok_in_seconds(jsc_cluster: Cluster) -> None:
     rows = [ln.split() for ln in host[start + 2 : start + 6]]
     assert [row[0] for row in rows] == ["node0", "node1", "node2", "node3"], ctx
     assert [row[1:6] for row in rows] == [
-        [str(i), "yes" if i == 0 else "no", f"10.78.0.{10 + i}", "ib", "reached"] for i in range(4)
+        [str(i), "yes" if i == 0 else "no", jsc_cluster.ib_ip(i), "ib", "reached"] for i in range(4)
     ], ctx
     assert all(row[6] == "none" for row in rows), ctx
     for task in ("task1", "task2", "task3"):

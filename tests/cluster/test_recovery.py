@@ -22,11 +22,12 @@ import pytest
 from tests.cluster.harness import Cluster
 from tests.cluster.recovery_jobs import (
     PEER_TIMEOUT,
-    SLOW,
     TO_FIRST_STEP,
     assert_resumed_and_completed,
     command,
     envs,
+    every_node_exited,
+    every_node_failed,
     first_step_after,
     last_run,
     said,
@@ -67,11 +68,7 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
         f"restart 1 of 3: node{frozen} (node rank {frozen}) lost; going on with node{spare}"
         f" (node rank {spare}) in its place"
     )
-    stayed = [i for i in first if i != frozen]
-    waited = time.monotonic()
-    while not all(line in job.output(i) for i in stayed):
-        assert time.monotonic() - waited < 30, f"{line!r} not on all of {stayed}\n{said(job)}"
-        time.sleep(0.2)
+    until_every_node_said(job, [i for i in first if i != frozen], line)
     joined = "torchrun_jsc: spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)"
     assert joined in job.output(spare), said(job)
     cluster.thaw_node(frozen)
@@ -86,8 +83,7 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
     job.wait_exit([frozen], 60)  # thawed during the second round: it ended on its own
     assert job.procs[frozen].returncode not in (None, 0), said(job)
     assert "torchrun_jsc: this node did not run for" in job.output(frozen), said(job)
-    codes = {i: job.procs[i].returncode for i in live}
-    assert codes == dict.fromkeys(live, 0), f"{codes}\n{said(job)}"
+    every_node_exited(job, live, 0)
     runs = assert_resumed_and_completed(job, live, 3)
     assert min(r.resumed_from for r in runs.values()) >= resumed, f"{runs}\n{said(job)}"
     shrunk = f"restart 2 of 3: node{killed} (node rank {killed}) lost; going on with 3 nodes"
@@ -97,7 +93,7 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
     print(f"two losses: every live node ended {took:.0f} s after the kill")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="slow: TRJSC_SLOW_SCENARIOS=1 (by hand; the matrix leaves it out)")
 def test_a_spare_takes_a_frozen_nodes_place_with_default_settings(
     five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -106,8 +102,6 @@ def test_a_spare_takes_a_frozen_nodes_place_with_default_settings(
     rendezvous host) frozen → the spare takes its place, the new round trains within the peer
     timeout + 60 s of the freeze and completes on 4 nodes; every live node exits 0. (Slow: by
     hand, like the other default-settings scenarios; the mechanism runs per release with 10 s.)"""
-    if not SLOW:
-        pytest.skip("slow: TRJSC_SLOW_SCENARIOS=1 (by hand; the matrix leaves it out)")
     cluster = five_cluster
     node_envs = envs(cluster, 5, "defaults")
     for env in node_envs:
@@ -125,8 +119,7 @@ def test_a_spare_takes_a_frozen_nodes_place_with_default_settings(
     live = [i for i in range(5) if i != frozen]
     took = job.wait_exit(live, 240)
     cluster.thaw_node(frozen)
-    codes = {i: job.procs[i].returncode for i in live}
-    assert codes == dict.fromkeys(live, 0), f"{codes}\n{said(job)}"
+    every_node_exited(job, live, 0)
     assert_resumed_and_completed(job, live, 4)
     line = f"restart 1 of 3: node{frozen} (node rank {frozen}) lost; going on with node{spare}"
     assert all(line in job.output(i) for i in live if i != spare), said(job)
@@ -138,15 +131,13 @@ def test_a_spare_takes_a_frozen_nodes_place_with_default_settings(
     print(f"default settings: every live node ended {took:.0f} s after the new round trained")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
 def test_a_smaller_job_goes_on_after_a_node_is_killed(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
     """--nnodes=3:4 on 4 nodes, every process of node3 SIGKILLed: the job resumes from its
     checkpoint on 3 nodes and completes; every live node says the restart and exits 0. (The
     two-losses scenario shrinks after a kill in CI; this one runs per release in the matrix.)"""
-    if not SLOW:
-        pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
     cluster = jsc_cluster
     job = Job(
         cluster, command(cluster, "3:4", 3, "last_call_timeout=5"), envs(cluster, 4, "smaller")
@@ -158,8 +149,7 @@ def test_a_smaller_job_goes_on_after_a_node_is_killed(
     to_step = first_step_after(job, 0, 1, TO_FIRST_STEP + 30)
     print(f"smaller: fault to the new round's first step {to_step:.1f} s")
     job.wait_exit([0, 1, 2], 240)
-    codes = {i: job.procs[i].returncode for i in range(3)}
-    assert codes == dict.fromkeys(range(3), 0), f"{codes}\n{said(job)}"
+    every_node_exited(job, range(3), 0)
     assert_resumed_and_completed(job, [0, 1, 2], 3)
     for i in range(3):
         assert "restart 1 of 3: node3 (node rank 3) lost; going on with 3 nodes" in job.output(i), (
@@ -182,8 +172,7 @@ def test_a_job_that_cannot_go_on_stops_saying_why(
     wait_for_step(job, 0, 8)
     cluster.freeze_node(3)
     took = job.wait_exit([0, 1, 2], 120)
-    codes = {i: job.procs[i].returncode for i in range(3)}
-    assert all(c not in (None, 0) for c in codes.values()), f"{codes}\n{said(job)}"
+    every_node_failed(job, range(3))
     why = "cannot go on: 3 nodes left, --nnodes needs at least 4, and no spare waits"
     assert why in job.output(0), str(job)
     assert "restart 1 of" not in "".join(job.output(i) for i in range(3)), str(job)
@@ -195,8 +184,8 @@ def next_host(members: Sequence[int], lost: int) -> int:
     return min(i for i in members if i != lost)
 
 
-def handed_over(job: Job, nodes: Sequence[int], line: str, limit: float = 30.0) -> None:
-    """Until every one of ``nodes`` said ``line``."""
+def until_every_node_said(job: Job, nodes: Sequence[int], line: str, limit: float = 30.0) -> None:
+    """Until every one of ``nodes`` said ``line`` (at most ``limit`` s)."""
     waited = time.monotonic()
     while not all(line in job.output(i) for i in nodes):
         assert time.monotonic() - waited < limit, f"{line!r} not on all of {nodes}\n{said(job)}"
@@ -223,9 +212,9 @@ def test_the_next_node_hosts_when_the_rendezvous_host_is_lost_twice(
     print(f"failover: the freeze of the host to the new round's first step {to_step:.1f} s")
     line = (
         "restart 1 of 3: the rendezvous host node0i:29500 lost; going on with 4 nodes, node rank"
-        f" {host1} at 10.78.0.{10 + host1}:29500 hosting the rendezvous"
+        f" {host1} at {cluster.ib_ip(host1)}:29500 hosting the rendezvous"
     )
-    handed_over(job, second, line)
+    until_every_node_said(job, second, line)
     joined = "torchrun_jsc: spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)"
     assert joined in job.output(spare), said(job)
     assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
@@ -243,13 +232,12 @@ def test_the_next_node_hosts_when_the_rendezvous_host_is_lost_twice(
     job.wait_exit([0], 60)
     assert job.procs[0].returncode not in (None, 0), said(job)
     assert "torchrun_jsc: this node did not run for" in job.output(0), said(job)
-    codes = {i: job.procs[i].returncode for i in live}
-    assert codes == dict.fromkeys(live, 0), f"{codes}\n{said(job)}"
+    every_node_exited(job, live, 0)
     runs = assert_resumed_and_completed(job, live, 3)
     assert min(r.resumed_from for r in runs.values()) >= resumed, f"{runs}\n{said(job)}"
     line = (
-        f"restart 2 of 3: the rendezvous host 10.78.0.{10 + host1}:29500 lost; going on with 3"
-        f" nodes, node rank {host2} at 10.78.0.{10 + host2}:29500 hosting the rendezvous"
+        f"restart 2 of 3: the rendezvous host {cluster.ib_ip(host1)}:29500 lost; going on with 3"
+        f" nodes, node rank {host2} at {cluster.ib_ip(host2)}:29500 hosting the rendezvous"
     )
     assert all(line in job.output(i) for i in live), said(job)
     assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
@@ -257,7 +245,7 @@ def test_the_next_node_hosts_when_the_rendezvous_host_is_lost_twice(
     print(f"failover: every live node ended {took:.0f} s after the kill")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
 def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
     five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -266,8 +254,6 @@ def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
     node exits 0; the cut-off node ends on its own within its bound (its store stopped
     answering: it hands over to the next node, which it cannot reach either). (Per release in
     the matrix.)"""
-    if not SLOW:
-        pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
     cluster = five_cluster
     job, spare, first = with_a_spare(cluster, job_cleanup, "cut")
     job.wait_for("TRJSC_TRAINING", nodes=first)
@@ -279,8 +265,7 @@ def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
     try:
         to_step = first_step_after(job, spare, 0, TO_FIRST_STEP + 30)
         took = job.wait_exit(live, 240)
-        codes = {i: job.procs[i].returncode for i in live}
-        assert codes == dict.fromkeys(live, 0), f"{codes}\n{said(job)}"
+        every_node_exited(job, live, 0)
         assert_resumed_and_completed(job, live, 4)
         # the cut-off node takes its host for lost and hands over to the next node, which it
         # cannot reach either: it ends once that node's time to serve is over
@@ -295,7 +280,7 @@ def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
         cluster.link_up(cut)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
 def test_a_spare_that_is_not_needed_ends_with_the_job(
     five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -304,12 +289,9 @@ def test_a_spare_that_is_not_needed_ends_with_the_job(
     says it was not needed and every node, the spare included, exits 0 (torch closes the
     rendezvous at the end; on 2.3+ a spare in its redundancy list would otherwise end with an
     error). (Per release in the matrix.)"""
-    if not SLOW:
-        pytest.skip("per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")
     job, spare, _ = with_a_spare(five_cluster, job_cleanup, "unneeded", host_late=8.0)
     took = job.wait_exit(list(range(5)), 240)
-    codes = {i: job.procs[i].returncode for i in range(5)}
-    assert codes == dict.fromkeys(range(5), 0), f"{codes}\n{said(job)}"
+    every_node_exited(job, range(5), 0)
     line = "torchrun_jsc: spare: the job completed without needing this node"
     assert line in job.output(spare), said(job)
     assert "TRJSC_RESUMED" not in job.output(spare), said(job)
@@ -337,8 +319,7 @@ def test_no_false_alarm_with_a_spare_on_a_fully_loaded_machine(
         for hog in hogs:
             hog.kill()
             hog.wait()
-    codes = {i: job.procs[i].returncode for i in range(5)}
-    assert codes == dict.fromkeys(range(5), 0), f"{codes}\n{said(job)}"
+    every_node_exited(job, range(5), 0)
     text = "".join(job.output(i) for i in range(5))
     for alarm in ("has not been heard from", "has not answered", "restart 1 of", "did not run"):
         assert alarm not in text, f"{alarm!r}\n{said(job)}"

@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 import pytest
 
 from tests.cluster.harness import Cluster
-from tests.cluster.recovery_jobs import PEER_TIMEOUT, RESUME, SLOW, Run, last_run
+from tests.cluster.recovery_jobs import PEER_TIMEOUT, RESUME, Run, last_run
 from tests.cluster.scenarios import torchrun_argv
 from tests.cluster.system import cmdline
 
@@ -285,7 +285,7 @@ def lost_then_requeued(
     return outputs(cluster, name, 0, 4), line, context
 
 
-@pytest.mark.skipif(not SLOW, reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
+@pytest.mark.slow(reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
 def test_a_lost_rendezvous_host_is_stood_in_for_and_excluded(five_cluster: Cluster) -> None:
     """4 of 5 nodes, --max_restarts=0: node0, the rendezvous host, frozen → the others lose it;
     node rank 1 requeues in its place without node0 (node ranks 2 and 3 see it done); the next
@@ -349,7 +349,7 @@ def test_a_node_killed_early_is_requeued_without_it_with_the_default_settings(
     assert_resumed(second, 4, context)
 
 
-@pytest.mark.skipif(not SLOW, reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
+@pytest.mark.slow(reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
 def test_the_warning_requeues_a_run_shorter_than_the_minimum_run(
     main_cluster: Cluster,
 ) -> None:
@@ -445,7 +445,7 @@ def test_a_job_that_cannot_be_requeued_says_so_and_ends_as_without(
         assert "Traceback" not in text, f"task {t}\n{context}"
 
 
-@pytest.mark.skipif(not SLOW, reason="slow (a real time limit, minutes): TRJSC_SLOW_SCENARIOS=1")
+@pytest.mark.slow(reason="slow (a real time limit, minutes): TRJSC_SLOW_SCENARIOS=1")
 def test_a_real_time_limit_requeues_and_completes(five_cluster: Cluster) -> None:
     """``--time=3 --signal=USR1@60``: Slurm's own warning before the time limit requeues the
     job; the second run resumes and completes within its limit. (Slurm may send the warning
@@ -471,7 +471,7 @@ def on(cluster: Cluster, name: str, ranks: Sequence[int]) -> List[str]:
     return [texts[r] for r in ranks]
 
 
-@pytest.mark.skipif(not SLOW, reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
+@pytest.mark.slow(reason="slow (per release in the matrix): TRJSC_SLOW_SCENARIOS=1")
 @pytest.mark.parametrize("first_lost", [0, 1], ids=["host", "node"])
 def test_a_requeue_leaves_out_the_nodes_the_job_went_on_without(
     five_cluster: Cluster, first_lost: int
