@@ -16,17 +16,24 @@ from torchrun_jsc.patches.rank_order import encode as rank_id
 from torchrun_jsc.runtime import relaunch
 from torchrun_jsc.runtime.node import Node
 from torchrun_jsc.runtime.session import Failover, Session
-from torchrun_jsc.runtime.watch import machine as watch
-from torchrun_jsc.runtime.watch.machine import (
+from torchrun_jsc.runtime.watch.machine import decide
+from torchrun_jsc.runtime.watch.vocabulary import (
+    Action,
     Config,
+    HandOver,
     Joined,
+    LookUpNextHost,
+    Member,
+    MembersLost,
+    NextHosts,
     Phase,
+    Say,
+    SetRestarts,
     SpareFound,
     State,
     StoreQuiet,
-    decide,
+    WorkersEnded,
 )
-from torchrun_jsc.runtime.watch.vocabulary import Member
 
 from .fakestore import FakeStore
 from .layouts import ib
@@ -139,12 +146,12 @@ TRAINING = State(phase=Phase.TRAINING, next_hosts=NEXT, round_size=4)
 SILENT = StoreQuiet(stuck=61.0, silent=61.0, now=5000.0)
 
 
-def kinds(actions: Tuple[watch.Action, ...]) -> List[str]:
+def kinds(actions: Tuple[Action, ...]) -> List[str]:
     return [type(a).__name__ for a in actions]
 
 
-def said(actions: Tuple[watch.Action, ...]) -> str:
-    return " | ".join(a.line for a in actions if isinstance(a, watch.Say))
+def said(actions: Tuple[Action, ...]) -> str:
+    return " | ".join(a.line for a in actions if isinstance(a, Say))
 
 
 def test_a_lost_host_hands_over_to_the_next_node_in_node_rank_order() -> None:
@@ -152,7 +159,7 @@ def test_a_lost_host_hands_over_to_the_next_node_in_node_rank_order() -> None:
     assert state.phase == Phase.HANDING_OVER and state.out and not state.failed
     assert kinds(actions) == ["Say", "HandOver"]
     handed = actions[1]
-    assert isinstance(handed, watch.HandOver)
+    assert isinstance(handed, HandOver)
     assert handed.handover == Handover(
         endpoint=f"{ib(1)}:29500",
         host_node_rank=1,
@@ -179,7 +186,7 @@ def test_a_second_handover_carries_every_lost_host_on() -> None:
     nxt = handover.order(MEMBERS, (ib(0), ib(1)))
     _, actions = decide(config, TRAINING._replace(next_hosts=nxt), SILENT)
     handed = actions[-1]
-    assert isinstance(handed, watch.HandOver)
+    assert isinstance(handed, HandOver)
     assert handed.handover.lost_nodes == (0, 1) and handed.handover.host_node_rank == 2
 
 
@@ -189,11 +196,11 @@ def test_a_handover_carries_the_nodes_that_left_earlier_rounds_on() -> None:
     departed = (Member("node3", 3), Member("10.0.0.9_7_0"))  # one never said who it is
     state = TRAINING._replace(next_hosts=NEXT, departed=departed)
     handed = decide(FAILOVER, state, SILENT)[1][-1]
-    assert isinstance(handed, watch.HandOver) and handed.handover.lost_nodes == (3, 0)
+    assert isinstance(handed, HandOver) and handed.handover.lost_nodes == (3, 0)
     config = FAILOVER._replace(host_node_rank=1, previous=HANDED._replace(lost_nodes=(0, 3)))
     nxt = handover.order(MEMBERS, (ib(0), ib(1)))
     again = decide(config, state._replace(next_hosts=nxt), SILENT)[1][-1]
-    assert isinstance(again, watch.HandOver) and again.handover.lost_nodes == (0, 3, 1)
+    assert isinstance(again, HandOver) and again.handover.lost_nodes == (0, 3, 1)
 
 
 def test_a_spare_hands_over_too_and_says_so_in_its_next_process() -> None:
@@ -201,7 +208,7 @@ def test_a_spare_hands_over_too_and_says_so_in_its_next_process() -> None:
     assert state.phase == Phase.SPARE and state.next_hosts == NEXT
     _, actions = decide(FAILOVER, state, SILENT)
     handed = actions[-1]
-    assert isinstance(handed, watch.HandOver) and handed.handover.spare
+    assert isinstance(handed, HandOver) and handed.handover.spare
 
 
 @pytest.mark.parametrize(
@@ -251,7 +258,7 @@ def test_the_next_round_needs_a_majority_of_the_last_rounds_members_and_spares(
     last round (the spares known then included): the host's group may go on with half."""
     state = TRAINING._replace(round_size=size, round_spares=spares)
     handed = decide(FAILOVER._replace(max_nodes=4), state, SILENT)[1][-1]
-    assert isinstance(handed, watch.HandOver) and handed.handover.quorum == quorum
+    assert isinstance(handed, HandOver) and handed.handover.quorum == quorum
 
 
 def test_a_round_says_the_spares_the_job_had_and_the_watch_keeps_them() -> None:
@@ -262,7 +269,7 @@ def test_a_round_says_the_spares_the_job_had_and_the_watch_keeps_them() -> None:
 
 
 def test_a_member_lost_before_the_host_is_no_candidate() -> None:
-    lost = watch.MembersLost((key(1, 1),), "node1", 1, 61.0, 1.0, True, members=4, spares=1)
+    lost = MembersLost((key(1, 1),), "node1", 1, 61.0, 1.0, True, members=4, spares=1)
     state, _ = decide(FAILOVER, TRAINING, lost)
     assert [c.node_rank for c in state.next_hosts] == [2, 3]
 
@@ -275,7 +282,7 @@ def test_the_next_process_says_the_restart_once_the_round_forms() -> None:
         "torchrun_jsc: restart 1 of 3: the rendezvous host node0i:29500 lost; going on with 4"
         " nodes, node rank 1 at 10.78.0.11:29500 hosting the rendezvous"
     )
-    assert watch.SetRestarts(2) in actions
+    assert SetRestarts(2) in actions
 
 
 def test_a_spare_that_handed_over_says_it_takes_a_place() -> None:
@@ -304,7 +311,7 @@ def test_the_host_is_left_out_by_its_node_rank_when_keys_carry_hostnames() -> No
 
 def test_the_published_address_replaces_the_keys_unless_a_newer_round_came() -> None:
     published = (NEXT[0]._replace(address="10.78.0.99"), *NEXT[1:])
-    event = watch.NextHosts(before=NEXT, found=published)
+    event = NextHosts(before=NEXT, found=published)
     state, actions = decide(FAILOVER, TRAINING, event)
     assert state.next_hosts == published and actions == ()
     newer = TRAINING._replace(next_hosts=NEXT[1:])
@@ -380,12 +387,12 @@ def test_a_node_restarting_its_workers_hands_over_too() -> None:
     state, actions = decide(FAILOVER, restarting, SILENT)
     assert state.phase == Phase.HANDING_OVER
     handed = actions[-1]
-    assert isinstance(handed, watch.HandOver) and handed.handover.restart == 2
+    assert isinstance(handed, HandOver) and handed.handover.restart == 2
 
 
 def test_workers_that_end_during_the_handover_change_nothing() -> None:
     state, _ = decide(FAILOVER, TRAINING, SILENT)
-    for ended in (watch.WorkersEnded(True, True), watch.WorkersEnded(False, True)):
+    for ended in (WorkersEnded(True, True), WorkersEnded(False, True)):
         assert decide(FAILOVER, state, ended) == (state, ())
 
 
@@ -412,13 +419,13 @@ def test_a_spare_follows_the_rounds_and_hands_over_with_the_jobs_count() -> None
     assert kinds(actions) == ["LookUpNextHost"]
     _, actions = decide(FAILOVER, state, SILENT)
     handed = actions[-1]
-    assert isinstance(handed, watch.HandOver)
+    assert isinstance(handed, HandOver)
     assert handed.handover.restart == 3 and handed.handover.host_node_rank == 2
 
 
 def test_a_round_with_candidates_asks_for_the_first_ones_address() -> None:
     _, actions = decide(FAILOVER, State(), Joined(size=4, next_hosts=NEXT))
-    assert watch.LookUpNextHost(NEXT) in actions
+    assert LookUpNextHost(NEXT) in actions
     _, actions = decide(FAILOVER, State(), Joined(size=4))
     assert "LookUpNextHost" not in kinds(actions)
 

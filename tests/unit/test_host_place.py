@@ -18,7 +18,7 @@ from torchrun_jsc.runtime.host_place import Place, gave_up_line, place
 from torchrun_jsc.runtime.node import Node
 from torchrun_jsc.runtime.session import Session
 from torchrun_jsc.runtime.store.protocol import JobProtocol
-from torchrun_jsc.runtime.watch import machine as watch
+from torchrun_jsc.runtime.watch.vocabulary import Phase
 
 JOIN, HOLD, GIVE_UP = Place.JOIN, Place.HOLD, Place.GIVE_UP
 
@@ -108,7 +108,7 @@ def test_a_spare_torch_ends_before_it_said_so_ends_with_the_job(
         pass
 
     session.rendezvous_failed(RendezvousClosedError())  # not a spare: torch's to handle
-    assert codes == [] and session.state.phase == watch.Phase.WAITING
+    assert codes == [] and session.state.phase == Phase.WAITING
     session.rendezvous_failed(RendezvousGracefulExitError())
     assert codes == [0]
     assert "spare: the job completed without needing this node" in capsys.readouterr().err

@@ -19,8 +19,7 @@ from torchrun_jsc.runtime.session import Session
 from torchrun_jsc.runtime.signals import signalled
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.heartbeats import Tracker
-from torchrun_jsc.runtime.watch.machine import Phase, State, WorkersEnded
-from torchrun_jsc.runtime.watch.vocabulary import Member
+from torchrun_jsc.runtime.watch.vocabulary import Member, Phase, State, WorkersEnded
 
 from .sessions import err_lines, new_session, rec, with_store
 
@@ -177,9 +176,9 @@ def test_every_action_has_its_owner() -> None:
     from typing import get_args
 
     from torchrun_jsc.runtime.session import HANDLERS
-    from torchrun_jsc.runtime.watch import machine as watch
+    from torchrun_jsc.runtime.watch.vocabulary import Action, Answer
 
-    actions = [action for action in get_args(watch.Action) if action is not watch.Answer]
+    actions = [action for action in get_args(Action) if action is not Answer]
     assert sorted(HANDLERS, key=str) == sorted(actions, key=str)
     assert all(callable(handler) for handler in HANDLERS.values())
     assert len(set(HANDLERS.values())) == len(HANDLERS), "one handler per action"
@@ -217,7 +216,7 @@ def test_the_heartbeat_loop_survives_a_refusing_store_and_reports_a_stop() -> No
 
 def test_the_watchdog_reports_a_hanging_store() -> None:
     from torchrun_jsc.runtime.beating import Watchdog
-    from torchrun_jsc.runtime.watch.machine import StoreQuiet
+    from torchrun_jsc.runtime.watch.vocabulary import StoreQuiet
 
     store = FakeStore()
     store.busy_for = 42.0
@@ -261,7 +260,7 @@ def test_a_heartbeat_wait_that_took_the_peer_timeout_longer_says_this_node_did_n
 ) -> None:
     """Thawed: the heartbeat thread may wake before the watchdog and find a stop; the pause is
     posted first, so the node says why whichever thread wakes first."""
-    from torchrun_jsc.runtime.watch.machine import StoreQuiet
+    from torchrun_jsc.runtime.watch.vocabulary import StoreQuiet
 
     [event] = _wait_once(monkeypatch, 0.0, 100.0)
     assert isinstance(event, StoreQuiet) and event.paused == 100.0 - 2.5

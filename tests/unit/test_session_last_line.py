@@ -17,7 +17,7 @@ from torchrun_jsc.runtime.records import report
 from torchrun_jsc.runtime.records.report import FAILED, LOST, STOPPED, Record
 from torchrun_jsc.runtime.session import Session
 from torchrun_jsc.runtime.store.protocol import JobProtocol
-from torchrun_jsc.runtime.watch.machine import Phase, State
+from torchrun_jsc.runtime.watch.vocabulary import Phase, State
 
 from .sessions import err_lines, new_session, rec, with_store
 

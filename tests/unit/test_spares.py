@@ -14,8 +14,19 @@ from torchrun_jsc.runtime.node import Node
 from torchrun_jsc.runtime.session import Session
 from torchrun_jsc.runtime.spares import SpareLook
 from torchrun_jsc.runtime.store.protocol import JobProtocol
-from torchrun_jsc.runtime.watch import machine as watch
-from torchrun_jsc.runtime.watch.vocabulary import Member
+from torchrun_jsc.runtime.watch.vocabulary import (
+    AwaitSpares,
+    EndSpare,
+    Event,
+    Joined,
+    Member,
+    MembersLost,
+    Phase,
+    SetRestarts,
+    SpareFound,
+    SpareReleased,
+    State,
+)
 
 
 def test_rounds_first_round_spares_and_the_end_round_trip() -> None:
@@ -52,10 +63,10 @@ def test_a_round_record_that_is_not_ours_reads_as_none() -> None:
     assert p.latest_round() is None
 
 
-def _look(p: JobProtocol, me: str, phase: watch.Phase) -> List[watch.Event]:
-    posted: List[watch.Event] = []
+def _look(p: JobProtocol, me: str, phase: Phase) -> List[Event]:
+    posted: List[Event] = []
     look = SpareLook(p, me, lambda: phase, posted.append, threading.Event(), 0.01)
-    if phase == watch.Phase.WAITING:
+    if phase == Phase.WAITING:
         look._look_for_round()
     else:
         look._look_for_end()
@@ -64,26 +75,26 @@ def _look(p: JobProtocol, me: str, phase: watch.Phase) -> List[watch.Event]:
 
 def test_a_node_missing_from_the_published_round_is_a_spare() -> None:
     p = protocol()
-    assert _look(p, "me", watch.Phase.WAITING) == []  # no round yet
+    assert _look(p, "me", Phase.WAITING) == []  # no round yet
     p.publish_round(0, ["a", "b", "me"])
-    assert _look(p, "me", watch.Phase.WAITING) == []  # a member
+    assert _look(p, "me", Phase.WAITING) == []  # a member
     p.publish_round(0, ["a", "b", "c"])
-    assert _look(p, "me", watch.Phase.WAITING) == [watch.SpareFound(size=3)]
+    assert _look(p, "me", Phase.WAITING) == [SpareFound(size=3)]
 
 
 def test_a_spare_learns_how_the_job_ended() -> None:
     p = protocol()
-    assert _look(p, "me", watch.Phase.SPARE) == []
+    assert _look(p, "me", Phase.SPARE) == []
     p.mark_completed()
-    assert _look(p, "me", watch.Phase.SPARE) == [watch.SpareReleased(completed=True)]
+    assert _look(p, "me", Phase.SPARE) == [SpareReleased(completed=True)]
     store: Any = p.store
     store.values["stop"] = "{}"  # a stop outranks a completion noted by a node that finished
-    assert _look(p, "me", watch.Phase.SPARE) == [watch.SpareReleased(completed=False)]
+    assert _look(p, "me", Phase.SPARE) == [SpareReleased(completed=False)]
 
 
 def test_the_look_ends_once_the_node_joined() -> None:
     p = protocol()
-    look = SpareLook(p, "me", lambda: watch.Phase.TRAINING, lambda e: None, threading.Event(), 0)
+    look = SpareLook(p, "me", lambda: Phase.TRAINING, lambda e: None, threading.Event(), 0)
     done = threading.Thread(target=look.run)
     done.start()
     done.join(2.0)
@@ -92,7 +103,7 @@ def test_the_look_ends_once_the_node_joined() -> None:
 
 def test_the_watcher_counts_only_spares_that_beat() -> None:
     p = protocol()
-    posted: List[watch.Event] = []
+    posted: List[Event] = []
     beats = Heartbeats(p, 10.0, posted.append, lambda: None, lambda: None, threading.Event())  # type: ignore[arg-type,return-value]
     p.beat("s1")
     p.add_spare("s1")
@@ -107,7 +118,7 @@ def test_the_watcher_counts_only_spares_that_beat() -> None:
 
 def test_a_loss_reports_the_round_size_and_the_live_spares() -> None:
     p = protocol()
-    posted: List[watch.Event] = []
+    posted: List[Event] = []
     current = Round("me", ["k1", "k2", "me"], True, True, recovery=True)
     beats = Heartbeats(p, 10.0, posted.append, lambda: None, lambda: current, threading.Event())
     p.beat("s1")
@@ -117,7 +128,7 @@ def test_a_loss_reports_the_round_size_and_the_live_spares() -> None:
     p.beat("s1")
     beats._scan(current)
     (event,) = posted
-    assert isinstance(event, watch.MembersLost)
+    assert isinstance(event, MembersLost)
     assert event.keys == ("k2",) and event.members == 3 and event.spares == 1
     # s1 registered after the round formed: it may take a place, but the job had no spare
     assert (event.known, event.known_live) == (0, 0)
@@ -125,7 +136,7 @@ def test_a_loss_reports_the_round_size_and_the_live_spares() -> None:
 
 def test_a_loss_counts_the_live_spares_of_those_the_job_had_when_the_round_formed() -> None:
     p = protocol()
-    posted: List[watch.Event] = []
+    posted: List[Event] = []
     current = Round("me", ["k1", "me"], True, True, recovery=True, spares=("s1", "s2"))
     beats = Heartbeats(p, 10.0, posted.append, lambda: None, lambda: current, threading.Event())
     for spare in ("s1", "s2", "s3"):
@@ -138,7 +149,7 @@ def test_a_loss_counts_the_live_spares_of_those_the_job_had_when_the_round_forme
         p.beat(spare)
     beats._scan(current)
     (event,) = posted
-    assert isinstance(event, watch.MembersLost)
+    assert isinstance(event, MembersLost)
     assert (event.spares, event.known, event.known_live) == (2, 2, 1)
 
 
@@ -146,7 +157,7 @@ def test_members_lost_one_scan_apart_are_counted_together_until_the_next_round()
     """A loss found one scan after an earlier one of the same round carries the earlier ones
     (``gone``): the majority rule judges the round's whole loss, not each event alone."""
     p = protocol()
-    posted: List[watch.Event] = []
+    posted: List[Event] = []
     current = Round("me", ["k1", "k2", "k3", "me"], True, True, recovery=True)
     beats = Heartbeats(p, 10.0, posted.append, lambda: None, lambda: current, threading.Event())
     beats._scan(current)
@@ -156,7 +167,7 @@ def test_members_lost_one_scan_apart_are_counted_together_until_the_next_round()
     beats.tracker._changed["k2"] -= 11.0
     beats._scan(current)
     first, second = posted
-    assert isinstance(first, watch.MembersLost) and isinstance(second, watch.MembersLost)
+    assert isinstance(first, MembersLost) and isinstance(second, MembersLost)
     beats.rewatch(second.keys)
     assert (first.keys, first.gone) == (("k1",), 0)
     assert (second.keys, second.members, second.gone) == (("k2",), 4, 1)
@@ -164,7 +175,7 @@ def test_members_lost_one_scan_apart_are_counted_together_until_the_next_round()
     beats._scan(current)
     beats.tracker._changed["k3"] -= 11.0
     beats._scan(current)
-    assert isinstance(posted[-1], watch.MembersLost)
+    assert isinstance(posted[-1], MembersLost)
     assert (posted[-1].keys, posted[-1].members, posted[-1].gone) == (("k3",), 3, 0)
 
 
@@ -184,12 +195,12 @@ def test_restarts_count_from_the_jobs_first_round_on_every_node() -> None:
     JobProtocol(store).introduce("k4", "node4", 4)
     host.members = ["k0", "k3"]
     first = host._joined([], 5)
-    assert first == watch.Joined(restart=0, size=2)
+    assert first == Joined(restart=0, size=2)
     JobProtocol(store).add_spare("k4")  # waits for the next round
     assert JobProtocol(store).latest_round() == (5, ("k0", "k3"))
     before, host.members = host.members, ["k0", "k4"]
     again = host._joined(before, 6)
-    assert again == watch.Joined(
+    assert again == Joined(
         restart=1, size=2, left=(Member("node3", 3),), came=(Member("node4", 4),)
     )
     assert host._round().spares == ()  # k4 is a member now
@@ -201,7 +212,7 @@ def test_restarts_count_from_the_jobs_first_round_on_every_node() -> None:
 def test_a_spare_ends_when_torch_closes_the_rendezvous(monkeypatch: Any) -> None:
     store = FakeStore()
     session = _session(store, False)
-    session.state = watch.State(phase=watch.Phase.SPARE)
+    session.state = State(phase=Phase.SPARE)
     codes: List[int] = []
     monkeypatch.setattr("os._exit", codes.append)
 
@@ -224,9 +235,9 @@ def test_a_node_that_is_out_keeps_the_rendezvous_open() -> None:
 def test_torchs_budget_is_capped_never_raised() -> None:
     session = _session(FakeStore(), False)
     session.agent = SimpleNamespace(_remaining_restarts=1)
-    session._do_SetRestarts(watch.SetRestarts(3))
+    session._do_SetRestarts(SetRestarts(3))
     assert session.agent._remaining_restarts == 1
-    session._do_SetRestarts(watch.SetRestarts(0))
+    session._do_SetRestarts(SetRestarts(0))
     assert session.agent._remaining_restarts == 0
 
 
@@ -240,7 +251,7 @@ def test_spares_are_read_once_each_and_a_half_written_slot_next_time() -> None:
     store.values["spare/2"] = "s2"
     assert p.spares(1) == ["s2"]
     peeks = store.calls.count("peek")
-    posted: List[watch.Event] = []
+    posted: List[Event] = []
     beats = Heartbeats(p, 10.0, posted.append, lambda: None, lambda: None, threading.Event())  # type: ignore[arg-type,return-value]
     beats._live_spares([])
     beats._live_spares([])
@@ -260,15 +271,15 @@ def test_the_host_of_a_completed_job_ends_after_its_waiting_spares(monkeypatch: 
     monkeypatch.setattr("os._exit", codes.append)
     for me in ("s1", "s2", "x9"):  # x9 had not registered: it ended all the same
         spare.me = me
-        spare._do_EndSpare(watch.EndSpare(0))
+        spare._do_EndSpare(EndSpare(0))
     assert codes == [0, 0, 0] and JobProtocol(store).spares_left(["s1", "s3"]) == ["s1"]
     started = time.monotonic()
-    host._do_AwaitSpares(watch.AwaitSpares())
+    host._do_AwaitSpares(AwaitSpares())
     assert time.monotonic() - started < 0.5  # both had gone: no wait
     host.beats = SimpleNamespace(waiting=("s1", "s3"))  # type: ignore[assignment]
-    host._do_AwaitSpares(watch.AwaitSpares())  # x9's end does not stand in for s3's
+    host._do_AwaitSpares(AwaitSpares())  # x9's end does not stand in for s3's
     assert time.monotonic() - started >= 0.6  # s3 never went: the linger, no longer
     started = time.monotonic()
     spare.beats = host.beats
-    spare._do_AwaitSpares(watch.AwaitSpares())  # only the node that serves the store waits
+    spare._do_AwaitSpares(AwaitSpares())  # only the node that serves the store waits
     assert time.monotonic() - started < 0.5

@@ -9,7 +9,10 @@ import pytest
 from torchrun_jsc.runtime.records import report
 from torchrun_jsc.runtime.records.report import FAILED, LOST, STOPPED, Record
 from torchrun_jsc.runtime.watch import machine as watch
-from torchrun_jsc.runtime.watch.machine import (
+from torchrun_jsc.runtime.watch.machine import decide
+from torchrun_jsc.runtime.watch.vocabulary import (
+    Action,
+    Answer,
     Ask,
     Config,
     Event,
@@ -18,13 +21,16 @@ from torchrun_jsc.runtime.watch.machine import (
     MembersLost,
     MonitorLooks,
     Phase,
+    Publish,
+    PublishOwn,
     Requeuing,
+    Rewatch,
+    Say,
     State,
     StopSeen,
     StoreQuiet,
     ToldToStop,
     WorkersEnded,
-    decide,
 )
 
 WATCHED = Config(
@@ -53,7 +59,7 @@ def quiet(stuck: float, silent: float) -> StoreQuiet:
     return StoreQuiet(stuck=stuck, silent=silent, now=2000.0)
 
 
-def kinds(actions: Tuple[watch.Action, ...]) -> List[str]:
+def kinds(actions: Tuple[Action, ...]) -> List[str]:
     return [type(a).__name__ for a in actions]
 
 
@@ -317,33 +323,33 @@ def test_decide(
 def test_the_monitor_is_told_once() -> None:
     state = State(Phase.STOPPING, Ask.STOP, failed=True)
     state, (answer,) = decide(WATCHED, state, MonitorLooks())
-    assert answer == watch.Answer(Ask.STOP) and state.answer is None
+    assert answer == Answer(Ask.STOP) and state.answer is None
     _, (again,) = decide(WATCHED, state, MonitorLooks())
-    assert again == watch.Answer(None)
+    assert again == Answer(None)
 
 
 def test_the_lines_say_who_and_why() -> None:
     _, actions = decide(WATCHED, TRAINING, lost())
-    say = next(a for a in actions if isinstance(a, watch.Say))
+    say = next(a for a in actions if isinstance(a, Say))
     assert say.line == (
         "torchrun_jsc: node3 (node rank 3) has not been heard from for 61 s"
         " (TORCHRUN_JSC_PEER_TIMEOUT=60); stopping the job"
     )
-    publish = next(a for a in actions if isinstance(a, watch.Publish))
+    publish = next(a for a in actions if isinstance(a, Publish))
     assert publish.record == Record(kind=LOST, hostname="node3", node_rank=3, time=1000.0)
     assert publish.unread == ("k3",) and not publish.local
     _, actions = decide(ELASTIC, TRAINING, lost(restarts_left=True))
-    assert actions[0] == watch.Say(
+    assert actions[0] == Say(
         "torchrun_jsc: node3 (node rank 3) has not been heard from for 61 s"
         " (TORCHRUN_JSC_PEER_TIMEOUT=60); restarting the workers without it"
     )
-    assert actions[1] == watch.Rewatch(("k3",))
+    assert actions[1] == Rewatch(("k3",))
     _, actions = decide(WATCHED, TRAINING, ToldToStop(None))
-    assert watch.Say(
-        "torchrun_jsc: another node stopped the job; stopping this node's workers"
-    ) in (actions)
+    assert Say("torchrun_jsc: another node stopped the job; stopping this node's workers") in (
+        actions
+    )
     _, actions = decide(WATCHED, FINISHED, ToldToStop(CAUSE))
-    assert actions[0] == watch.Say(
+    assert actions[0] == Say(
         "torchrun_jsc: node2 (node rank 2): rank 2 (local rank 0) exited with code 3 at"
         " 00:00:00.000 UTC; this node's workers had finished: ending now, not waiting in"
         " torch's exit barrier"
@@ -353,17 +359,17 @@ def test_the_lines_say_who_and_why() -> None:
 def test_several_lost_and_a_member_without_a_node_rank() -> None:
     event = MembersLost(("k3", "k4"), "node3", None, 61.0, 1000.0, False)
     _, actions = decide(WATCHED, TRAINING, event)
-    say = next(a for a in actions if isinstance(a, watch.Say))
+    say = next(a for a in actions if isinstance(a, Say))
     assert say.line.startswith("torchrun_jsc: node3 has not been heard from for 61 s")
     assert "(TORCHRUN_JSC_PEER_TIMEOUT=60) (and 1 more); stopping the job" in say.line
 
 
 def test_a_lost_host_is_kept_here_and_named_with_the_endpoint() -> None:
     _, actions = decide(WATCHED, TRAINING, quiet(61.0, 62.0))
-    publish = next(a for a in actions if isinstance(a, watch.Publish))
+    publish = next(a for a in actions if isinstance(a, Publish))
     assert publish.local and publish.record.what == "the rendezvous host node0i:29500"
     assert publish.record.time == 2000.0 - 62.0
-    say = next(a for a in actions if isinstance(a, watch.Say))
+    say = next(a for a in actions if isinstance(a, Say))
     assert say.line.startswith("torchrun_jsc: the rendezvous host node0i:29500 has not answered")
 
 
@@ -376,7 +382,7 @@ def test_own_failure_tells_the_others_only_when_it_is_a_failure(
     config: Config, record: Record, tell: bool
 ) -> None:
     _, actions = decide(config, TRAINING, WorkersEnded(False, True, record))
-    assert actions == (watch.PublishOwn(record, tell),)
+    assert actions == (PublishOwn(record, tell),)
 
 
 @pytest.mark.parametrize(
@@ -396,12 +402,12 @@ def test_a_node_that_did_not_run_for_the_peer_timeout_stops_and_says_why(
     state, actions = decide(WATCHED, phase_state, event)
     assert state == State(Phase.STOPPING, Ask.STOP, failed=True, out=True)
     assert kinds(actions) == ["ZeroRestarts", "Publish", "Say", "StopWorkers"]
-    publish = next(a for a in actions if isinstance(a, watch.Publish))
+    publish = next(a for a in actions if isinstance(a, Publish))
     assert publish.local and publish.record.time == 2000.0 - 94.0
     assert report.describe(publish.record).startswith(
         "this node, node1 (node rank 1), stopped responding"
     )
-    say = next(a for a in actions if isinstance(a, watch.Say))
+    say = next(a for a in actions if isinstance(a, Say))
     assert say.line == (
         "torchrun_jsc: this node did not run for 94 s (frozen or suspended;"
         " TORCHRUN_JSC_PEER_TIMEOUT=60): the other nodes have stopped the job or gone on without"

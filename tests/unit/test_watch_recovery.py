@@ -7,21 +7,24 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from torchrun_jsc.runtime.watch import machine as watch
-from torchrun_jsc.runtime.watch.machine import (
+from torchrun_jsc.runtime.watch.machine import decide
+from torchrun_jsc.runtime.watch.vocabulary import (
+    Action,
     Ask,
     Config,
     Event,
     Exiting,
     Joined,
+    Member,
     MembersLost,
     Phase,
+    Say,
+    SetRestarts,
     SpareFound,
     SpareReleased,
     State,
-    decide,
+    StoreQuiet,
 )
-from torchrun_jsc.runtime.watch.vocabulary import Member
 
 #: --nnodes=4 --max_restarts=3, lost nodes watched, recovery on.
 RECOVER = Config(
@@ -77,12 +80,12 @@ def lost(
     )
 
 
-def kinds(actions: Tuple[watch.Action, ...]) -> List[str]:
+def kinds(actions: Tuple[Action, ...]) -> List[str]:
     return [type(a).__name__ for a in actions]
 
 
-def line(actions: Tuple[watch.Action, ...]) -> Optional[str]:
-    return next((a.line for a in actions if isinstance(a, watch.Say)), None)
+def line(actions: Tuple[Action, ...]) -> Optional[str]:
+    return next((a.line for a in actions if isinstance(a, Say)), None)
 
 
 STOPPED = State(Phase.STOPPING, Ask.STOP, failed=True)
@@ -406,13 +409,13 @@ def test_decide(
 def test_the_job_wide_restart_count_caps_torchs_budget(restart: int, left: int) -> None:
     state = RESTARTING if restart else WAITING
     _, actions = decide(RECOVER, state, Joined(restart=restart, size=4))
-    assert watch.SetRestarts(left) in actions
+    assert SetRestarts(left) in actions
 
 
 def test_a_frozen_node_that_thaws_is_out_and_may_not_close_the_rendezvous() -> None:
-    event = watch.StoreQuiet(stuck=0.0, silent=95.0, now=2000.0, paused=94.0)
+    event = StoreQuiet(stuck=0.0, silent=95.0, now=2000.0, paused=94.0)
     state, _ = decide(RECOVER, TRAINING, event)
     assert state.out and state.answer == Ask.STOP
-    lost_host = watch.StoreQuiet(stuck=61.0, silent=61.0, now=2000.0)
+    lost_host = StoreQuiet(stuck=61.0, silent=61.0, now=2000.0)
     assert decide(RECOVER, TRAINING, lost_host)[0].out
     assert not decide(RECOVER, TRAINING, lost(spares=0))[0].out  # it stops the job: closing is fine

@@ -12,7 +12,7 @@ from . import timing
 from .store.protocol import Beat, JobProtocol
 from .watch import heartbeats
 from .watch.heartbeats import Tracker
-from .watch.machine import Event, MembersLost, StoreQuiet
+from .watch.vocabulary import Event, MembersLost, StoreQuiet
 
 
 class Round(NamedTuple):

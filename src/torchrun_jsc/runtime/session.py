@@ -61,7 +61,39 @@ from .store.bounded import bounded
 from .store.connection import JobStore
 from .store.protocol import JobProtocol, member_key
 from .watch import machine as watch
-from .watch.machine import Action, Config, Event, State
+from .watch.vocabulary import (
+    Action,
+    Answer,
+    Ask,
+    AwaitSpares,
+    Config,
+    EndSpare,
+    Event,
+    HandOver,
+    Joined,
+    Leave,
+    LookForStop,
+    LookUpNextHost,
+    MarkCompleted,
+    MarkDone,
+    MonitorLooks,
+    Phase,
+    Publish,
+    PublishOwn,
+    RegisterSpare,
+    Rewatch,
+    Say,
+    SetRestarts,
+    SpareReleased,
+    StartWatch,
+    State,
+    StopSeen,
+    StopWorkers,
+    TellStop,
+    ToldToStop,
+    WorkersEnded,
+    ZeroRestarts,
+)
 
 __all__ = [
     "HANDLERS",
@@ -166,7 +198,7 @@ class Session(Ending, FailingOver):
             return
         this = getattr(worker_group.spec.rdzv_handler, "_this_node", None)
         protocol = self._connect()
-        if this is None or protocol is None or self.state.phase != watch.Phase.WAITING:
+        if this is None or protocol is None or self.state.phase != Phase.WAITING:
             return
         with self.lock:
             self.agent = agent
@@ -205,7 +237,7 @@ class Session(Ending, FailingOver):
         rendezvous) ends here, the way the job ended; anything else is torch's to handle."""
         previous = self.config.previous
         kind = type(error).__name__
-        if previous is not None and self.state.phase == watch.Phase.WAITING and kind in _LOST:
+        if previous is not None and self.state.phase == Phase.WAITING and kind in _LOST:
             say(
                 f"torchrun_jsc: cannot go on: after the handover to {previous.host_name}, no"
                 f" round of at least {previous.quorum} nodes formed within {previous.wait:g} s"
@@ -218,11 +250,11 @@ class Session(Ending, FailingOver):
             self.hold_for_handover()
         protocol, phase = self.protocol, self.state.phase
         # torch ends an agent in its redundancy list this way: a spare that had not said so yet
-        unsaid = kind == "RendezvousGracefulExitError" and phase == watch.Phase.WAITING
-        if not closed or protocol is None or not (phase == watch.Phase.SPARE or unsaid):
+        unsaid = kind == "RendezvousGracefulExitError" and phase == Phase.WAITING
+        if not closed or protocol is None or not (phase == Phase.SPARE or unsaid):
             return
         stopped = bounded(protocol.stopped, timing.STORE_WAIT)
-        self.post(watch.SpareReleased(completed=stopped is False))
+        self.post(SpareReleased(completed=stopped is False))
 
     def after_rendezvous(self, agent: Any, worker_group: Any) -> None:
         """The round's members and this node's key; starts the threads the first time."""
@@ -257,18 +289,18 @@ class Session(Ending, FailingOver):
         stop) gets no workers from it: torch's main thread waits here for the stop in
         progress to end the process, and ends it itself after that stop's bound."""
         with self.lock:
-            ending = self.state.phase in (watch.Phase.STOPPING, watch.Phase.LEAVING)
+            ending = self.state.phase in (Phase.STOPPING, Phase.LEAVING)
         if not ending:
             return
         time.sleep(self._grace() + timing.EXIT_GRACE + timing.QUIESCE_WAIT)
         self.print_last_line()
         exit_now(watch.exit_code(self.state))
 
-    def _joined(self, before: List[str], number: int) -> watch.Joined:
+    def _joined(self, before: List[str], number: int) -> Joined:
         """The event for a round numbered ``number`` (torch's count) after ``before``."""
         members, protocol = list(self.members), self.protocol
         if not self.config.recovery or protocol is None:
-            return watch.Joined(size=len(members))
+            return Joined(size=len(members))
         if self.rounds is None:
             previous = self.config.previous
             self.rounds = Rounds(protocol, 0 if previous is None else previous.restart)
@@ -286,16 +318,16 @@ class Session(Ending, FailingOver):
         self._look_at_pause()
         self.park_for_handover()
         asked = self._look()
-        if asked == watch.Ask.RESTART:
+        if asked == Ask.RESTART:
             return failures.stopped_result(worker_group)
         result = original(agent, worker_group)
         if result.state == WorkerState.SUCCEEDED:
-            self.post(watch.WorkersEnded(succeeded=True, final=True))
+            self.post(WorkersEnded(succeeded=True, final=True))
         elif result.state == WorkerState.FAILED:
-            final = asked == watch.Ask.STOP or agent._remaining_restarts == 0
+            final = asked == Ask.STOP or agent._remaining_restarts == 0
             record = failures.from_result(*self._me(), worker_group, result) if final else None
-            self.post(watch.WorkersEnded(succeeded=False, final=final, record=record))
-        elif asked == watch.Ask.STOP:
+            self.post(WorkersEnded(succeeded=False, final=final, record=record))
+        elif asked == Ask.STOP:
             return failures.stopped_result(worker_group)
         return result
 
@@ -315,13 +347,13 @@ class Session(Ending, FailingOver):
         the job (frozen, cut off) and the others may go on without it."""
         return not self.state.out
 
-    def _look(self) -> Optional[watch.Ask]:
+    def _look(self) -> Optional[Ask]:
         """What torch's monitor is told at this look (consumes the answer)."""
         with self.lock:
-            self.state, actions = watch.decide(self.config, self.state, watch.MonitorLooks())
+            self.state, actions = watch.decide(self.config, self.state, MonitorLooks())
         (answer,) = actions
-        assert isinstance(answer, watch.Answer)
-        if answer.kind == watch.Ask.STOP:
+        assert isinstance(answer, Answer)
+        if answer.kind == Ask.STOP:
             self._zero_restarts()
         return answer.kind
 
@@ -342,36 +374,36 @@ class Session(Ending, FailingOver):
     def _carry_out(self, action: Action) -> None:
         HANDLERS[type(action)](self, action)
 
-    def _do_Say(self, action: watch.Say) -> None:
+    def _do_Say(self, action: Say) -> None:
         say(action.line)
 
-    def _do_StartWatch(self, action: watch.StartWatch) -> None:
+    def _do_StartWatch(self, action: StartWatch) -> None:
         self._start_threads()
 
-    def _do_Rewatch(self, action: watch.Rewatch) -> None:
+    def _do_Rewatch(self, action: Rewatch) -> None:
         if self.beats is not None:
             self.beats.rewatch(action.lost)
 
-    def _do_Publish(self, action: watch.Publish) -> None:
+    def _do_Publish(self, action: Publish) -> None:
         self.ledger.publish(action.record, action.local, action.unread)
 
-    def _do_TellStop(self, action: watch.TellStop) -> None:
+    def _do_TellStop(self, action: TellStop) -> None:
         self._tell_stop(action.cause)
 
-    def _do_PublishOwn(self, action: watch.PublishOwn) -> None:
+    def _do_PublishOwn(self, action: PublishOwn) -> None:
         if self.ledger.publish_own(action.record) and action.tell:
             self._tell_stop(action.record)
 
-    def _do_ZeroRestarts(self, action: watch.ZeroRestarts) -> None:
+    def _do_ZeroRestarts(self, action: ZeroRestarts) -> None:
         self._zero_restarts()
 
-    def _do_StopWorkers(self, action: watch.StopWorkers) -> None:
+    def _do_StopWorkers(self, action: StopWorkers) -> None:
         self._thread(self._end_workers, "trjsc-stop")
 
-    def _do_Leave(self, action: watch.Leave) -> None:
+    def _do_Leave(self, action: Leave) -> None:
         self._thread(self._end_finished, "trjsc-leave")
 
-    def _do_MarkDone(self, action: watch.MarkDone) -> None:
+    def _do_MarkDone(self, action: MarkDone) -> None:
         protocol, me = self.protocol, self.me
         if protocol is None or not me:
             return
@@ -379,34 +411,34 @@ class Session(Ending, FailingOver):
         if beat is not None and beat.stop:
             self._thread(self._told_to_stop, "trjsc-stop")
 
-    def _do_LookForStop(self, action: watch.LookForStop) -> None:
+    def _do_LookForStop(self, action: LookForStop) -> None:
         protocol = self.protocol
         if protocol is not None and self.me and bounded(protocol.stopped, timing.HANG):
-            self.post(watch.StopSeen())
+            self.post(StopSeen())
 
-    def _do_RegisterSpare(self, action: watch.RegisterSpare) -> None:
+    def _do_RegisterSpare(self, action: RegisterSpare) -> None:
         protocol, me = self.protocol, self.me
         if protocol is not None and me:
             bounded(lambda: protocol.add_spare(me), timing.STORE_WAIT)
 
-    def _do_SetRestarts(self, action: watch.SetRestarts) -> None:
+    def _do_SetRestarts(self, action: SetRestarts) -> None:
         agent = self.agent
         if agent is not None:
             agent._remaining_restarts = min(agent._remaining_restarts, action.left)
 
-    def _do_EndSpare(self, action: watch.EndSpare) -> None:
+    def _do_EndSpare(self, action: EndSpare) -> None:
         self.print_last_line()
         protocol, me = self.protocol, self.me
         if protocol is not None and me:  # the host may end once its waiting spares have
             bounded(lambda: protocol.note_spare_left(me), timing.HANG)
         exit_now(action.code)
 
-    def _do_MarkCompleted(self, action: watch.MarkCompleted) -> None:
+    def _do_MarkCompleted(self, action: MarkCompleted) -> None:
         protocol = self.protocol
         if protocol is not None and not self.state.failed:
             bounded(protocol.mark_completed, timing.STORE_WAIT)
 
-    def _do_AwaitSpares(self, action: watch.AwaitSpares) -> None:
+    def _do_AwaitSpares(self, action: AwaitSpares) -> None:
         protocol, beats = self.protocol, self.beats
         if protocol is None or beats is None or not self.serving:
             return
@@ -439,7 +471,7 @@ class Session(Ending, FailingOver):
             listening = watch.listening(self.state)
         if protocol is None or not listening:
             return
-        self.post(watch.ToldToStop(bounded(protocol.stop_cause, timing.STORE_WAIT)))
+        self.post(ToldToStop(bounded(protocol.stop_cause, timing.STORE_WAIT)))
 
     def _thread(self, target: Any, name: str) -> None:
         threading.Thread(target=target, daemon=True, name=name).start()
@@ -502,24 +534,24 @@ class Session(Ending, FailingOver):
 #: monitor's :class:`~.watch.vocabulary.Answer` is read in torch's thread instead: ``_look``).
 HANDLERS: Mapping[type, Callable[[Session, Any], None]] = MappingProxyType(
     {
-        watch.Say: Session._do_Say,
-        watch.StartWatch: Session._do_StartWatch,
-        watch.Rewatch: Session._do_Rewatch,
-        watch.Publish: Session._do_Publish,
-        watch.TellStop: Session._do_TellStop,
-        watch.PublishOwn: Session._do_PublishOwn,
-        watch.ZeroRestarts: Session._do_ZeroRestarts,
-        watch.StopWorkers: Session._do_StopWorkers,
-        watch.Leave: Session._do_Leave,
-        watch.MarkDone: Session._do_MarkDone,
-        watch.LookForStop: Session._do_LookForStop,
-        watch.RegisterSpare: Session._do_RegisterSpare,
-        watch.SetRestarts: Session._do_SetRestarts,
-        watch.EndSpare: Session._do_EndSpare,
-        watch.LookUpNextHost: Session._do_LookUpNextHost,
-        watch.HandOver: Session._do_HandOver,
-        watch.MarkCompleted: Session._do_MarkCompleted,
-        watch.AwaitSpares: Session._do_AwaitSpares,
+        Say: Session._do_Say,
+        StartWatch: Session._do_StartWatch,
+        Rewatch: Session._do_Rewatch,
+        Publish: Session._do_Publish,
+        TellStop: Session._do_TellStop,
+        PublishOwn: Session._do_PublishOwn,
+        ZeroRestarts: Session._do_ZeroRestarts,
+        StopWorkers: Session._do_StopWorkers,
+        Leave: Session._do_Leave,
+        MarkDone: Session._do_MarkDone,
+        LookForStop: Session._do_LookForStop,
+        RegisterSpare: Session._do_RegisterSpare,
+        SetRestarts: Session._do_SetRestarts,
+        EndSpare: Session._do_EndSpare,
+        LookUpNextHost: Session._do_LookUpNextHost,
+        HandOver: Session._do_HandOver,
+        MarkCompleted: Session._do_MarkCompleted,
+        AwaitSpares: Session._do_AwaitSpares,
     }
 )
 

@@ -25,7 +25,7 @@ from .requeue.decision import short_name
 from .signals import signalled
 from .store.bounded import in_flight
 from .watch import machine as watch
-from .watch.machine import Config, Event, State
+from .watch.vocabulary import Config, Event, Exiting, State
 
 
 def silence_teardown() -> None:
@@ -108,7 +108,7 @@ class Ending:
             # thawed: torch's main thread may end the agent before either watch thread has
             # looked again
             self._look_at_pause()
-            self.post(watch.Exiting())
+            self.post(Exiting())
             self.print_last_line()
         finally:
             self._quiesce()

@@ -16,8 +16,7 @@ from .processes import workers
 from .processes.end import exit_now
 from .store.bounded import bounded
 from .store.protocol import JobProtocol
-from .watch import machine as watch
-from .watch.machine import Config, Event, State
+from .watch.vocabulary import Config, Event, HandOver, LookUpNextHost, NextHosts, Phase, State
 
 
 class Failover(NamedTuple):
@@ -75,13 +74,13 @@ class FailingOver:
                 left.pop(0)
                 continue
             left[0] = first._replace(address=who.address)
-            self.post(watch.NextHosts(before=candidates, found=tuple(left)))
+            self.post(NextHosts(before=candidates, found=tuple(left)))
             return
 
     def park_for_handover(self) -> None:
         """torch's main thread while this node hands over: wait for the new process (it
         replaces this one); if it has not come within the grace and a little more, end."""
-        if self.state.phase != watch.Phase.HANDING_OVER:
+        if self.state.phase != Phase.HANDING_OVER:
             return
         time.sleep(self._grace() + timing.EXIT_GRACE)
         say("torchrun_jsc: cannot go on: the agent did not start again in time")
@@ -96,18 +95,18 @@ class FailingOver:
             return
         beat = config.beat_interval
         deadline = time.monotonic() + config.peer_timeout + 2 * beat + timing.WATCHDOG_EVERY
-        going = (watch.Phase.TRAINING, watch.Phase.RESTARTING, watch.Phase.SPARE)
+        going = (Phase.TRAINING, Phase.RESTARTING, Phase.SPARE)
         while time.monotonic() < deadline:
             self.park_for_handover()
             if self.state.phase not in going:
                 return
             time.sleep(timing.WATCHDOG_EVERY)
 
-    def _do_LookUpNextHost(self, action: watch.LookUpNextHost) -> None:
+    def _do_LookUpNextHost(self, action: LookUpNextHost) -> None:
         candidates = action.candidates
         self._thread(lambda: self._learn_next_host(candidates), "trjsc-next-host")
 
-    def _do_HandOver(self, action: watch.HandOver) -> None:
+    def _do_HandOver(self, action: HandOver) -> None:
         self._thread(lambda: self._hand_over(action.handover), "trjsc-handover")
 
     def _hand_over(self, handed: handover.Handover) -> None:

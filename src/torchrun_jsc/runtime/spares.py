@@ -11,7 +11,7 @@ from typing import Callable, List, Optional, Tuple
 
 from ..handover import Candidate
 from .store.protocol import JobProtocol
-from .watch.machine import Event, Phase, SpareFound, SpareReleased
+from .watch.vocabulary import Event, Phase, SpareFound, SpareReleased
 
 
 class SpareLook:

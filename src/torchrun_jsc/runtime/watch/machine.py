@@ -1,5 +1,5 @@
 """The job watch of one agent as a state machine: its states, the events that move it (the
-values are in :mod:`.vocabulary`, re-exported here), and :func:`decide`, which is pure (state
+values are in :mod:`.vocabulary`), and :func:`decide`, which is pure (state
 and event in; the next state and the actions to carry out out).
 :mod:`torchrun_jsc.runtime.session` feeds it events from torch's hooks and the watch's threads
 and hands the actions to their owners.
@@ -85,51 +85,6 @@ from .vocabulary import (
     WorkersEnded,
     ZeroRestarts,
 )
-
-__all__ = [
-    "Action",
-    "Answer",
-    "Ask",
-    "AwaitSpares",
-    "Config",
-    "Decision",
-    "EndSpare",
-    "Event",
-    "Exiting",
-    "HandOver",
-    "Joined",
-    "Leave",
-    "LookForStop",
-    "LookUpNextHost",
-    "MarkCompleted",
-    "MarkDone",
-    "MembersLost",
-    "MonitorLooks",
-    "NextHosts",
-    "Phase",
-    "Publish",
-    "PublishOwn",
-    "RegisterSpare",
-    "Requeuing",
-    "Rewatch",
-    "Say",
-    "SetRestarts",
-    "SpareFound",
-    "SpareReleased",
-    "StartWatch",
-    "State",
-    "StopSeen",
-    "StopWorkers",
-    "StoreQuiet",
-    "TellStop",
-    "ToldToStop",
-    "WorkersEnded",
-    "ZeroRestarts",
-    "decide",
-    "exit_code",
-    "listening",
-]
-
 
 #: Phases in which this node is ending the job already: news of a lost member, a stop or a
 #: silent host changes nothing more.
