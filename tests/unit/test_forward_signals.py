@@ -146,9 +146,14 @@ def test_the_probe_has_the_workers_command_line_and_no_path_of_the_project() -> 
     assert probe.start(on_end=lambda why: None, worker=TRAIN) is None
     pid = probe.pid
     assert pid is not None
+    expected = [sys.executable, "-I", "-S", "-c", signal_probe.CODE, *TRAIN]
+
+    def words() -> List[str]:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
     try:
-        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-        assert words == [sys.executable, "-I", "-S", "-c", signal_probe.CODE, *TRAIN]
+        # until its exec: before it, the child's command line is still this process's
+        _until(lambda: words() == expected)
         assert "torchrun_jsc" not in signal_probe.CODE.lower()
         time.sleep(0.3)
         os.kill(pid, signal.SIGUSR1)
