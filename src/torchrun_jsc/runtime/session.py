@@ -46,6 +46,7 @@ import time
 from types import MappingProxyType
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
+from ..handover import Candidate
 from . import relaunch, timing
 from .beating import Heartbeats, Round, Watchdog, paused_for
 from .ledger import LastLine, Ledger, say
@@ -55,7 +56,7 @@ from .records import failures
 from .requeue import sequence as requeuing
 from .rounds import Rounds
 from .session_end import Ending
-from .session_failover import FailingOver, Failover
+from .session_failover import Failover, Succession
 from .spares import SpareLook
 from .store.bounded import bounded
 from .store.connection import JobStore
@@ -106,7 +107,7 @@ __all__ = [
 ]
 
 
-class Session(Ending, FailingOver):
+class Session(Ending):
     """The job watch of this agent process (one per process: :data:`SESSION`)."""
 
     def __init__(self, node: Optional[Node] = None, config: Optional[Config] = None) -> None:
@@ -130,8 +131,9 @@ class Session(Ending, FailingOver):
         self.closing = threading.Event()
         self.threads: List[threading.Thread] = []
         self.lock = threading.RLock()
-        #: Failover, when the patch switched it on.
+        #: Failover, when the patch switched it on: its settings and its part of the watch.
         self.failover: Optional[Failover] = None
+        self.succession: Optional[Succession] = None
         #: The rendezvous host's member key, once read (:meth:`host_member`).
         self.host_key = ""
 
@@ -168,6 +170,7 @@ class Session(Ending, FailingOver):
                 )
             if failover is not None:
                 self.failover = failover
+                self.succession = Succession(self, failover)
                 self.config = self.config._replace(
                     failover=relaunch.possible(),
                     failover_wait=failover.wait,
@@ -292,7 +295,7 @@ class Session(Ending, FailingOver):
             ending = self.state.phase in (Phase.STOPPING, Phase.LEAVING)
         if not ending:
             return
-        time.sleep(self._grace() + timing.EXIT_GRACE + timing.QUIESCE_WAIT)
+        time.sleep(self.grace() + timing.EXIT_GRACE + timing.QUIESCE_WAIT)
         self.print_last_line()
         exit_now(watch.exit_code(self.state))
 
@@ -361,6 +364,23 @@ class Session(Ending, FailingOver):
         node = self.node
         assert node is not None
         return node.hostname, node.node_rank
+
+    # ------------------------------------------------------------------ failover
+
+    def _next_hosts(self, members: List[str]) -> Tuple[Candidate, ...]:
+        """Who would host the next round if the host were lost (failover), in order."""
+        succession = self.succession
+        return () if succession is None else succession.next_hosts(members)
+
+    def hold_for_handover(self) -> None:
+        """torch's rendezvous lost its store: wait while the watch may still hand over."""
+        if self.succession is not None:
+            self.succession.hold()
+
+    def park_for_handover(self) -> None:
+        """torch's main thread while this node hands over."""
+        if self.succession is not None:
+            self.succession.park()
 
     # ------------------------------------------------------------------ events and actions
 
@@ -449,6 +469,14 @@ class Session(Ending, FailingOver):
             if left is None or len(left) == len(waiting):
                 return
             time.sleep(0.2)
+
+    def _do_LookUpNextHost(self, action: LookUpNextHost) -> None:
+        if self.succession is not None:
+            self.succession.look_up(action)
+
+    def _do_HandOver(self, action: HandOver) -> None:
+        if self.succession is not None:
+            self.succession.hand_over(action)
 
     def _zero_restarts(self) -> None:
         agent = self.agent

@@ -93,7 +93,7 @@ class Ending:
         """Stop this node's workers and publish that (a STOPPED record) unless they had all
         ended by themselves: torch's monitor then publishes their failure."""
         node = self.node
-        count = workers.stop_all(self._grace())
+        count = workers.stop_all(self.grace())
         if count and node is not None:
             self.ledger.publish_own(failures.stopped(node.hostname, node.node_rank, count))
 
@@ -143,6 +143,6 @@ class Ending:
         """How long to wait for the other nodes' records."""
         return timing.SETTLE + max(self.monitor_interval, self.config.beat_interval)
 
-    def _grace(self) -> float:
+    def grace(self) -> float:
         """Seconds the workers have between SIGTERM and SIGKILL."""
         return float(TERM_GRACE) if self.node is None else self.node.term_grace()
