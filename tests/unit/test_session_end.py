@@ -406,6 +406,6 @@ def test_after_the_last_line_the_teardown_is_silenced(
     monkeypatch.setattr("os._exit", lambda code: None)
     session = new_session(peer_timeout=0.0)
     session.state = State(Phase.TRAINING, failed=failed)
-    monkeypatch.setattr(session, "print_last_line", lambda: None)
+    monkeypatch.setattr(session.ending, "print_last_line", lambda: None)
     session.at_exit()
     assert len(calls) == silenced

@@ -160,5 +160,5 @@ def test_a_stop_that_finds_the_workers_succeeded_keeps_the_success(
     monkeypatch.setattr(workers, "stop_all", lambda grace: 0)
     monkeypatch.setattr("os._exit", exits.append)
     monkeypatch.setattr(session.ledger, "read_all", lambda *a: [])
-    session._end_workers()
+    session.ending.end_workers()
     assert exits == [0]

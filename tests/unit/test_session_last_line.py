@@ -73,7 +73,7 @@ def test_the_stopping_thread_ends_the_process_only_if_the_agent_does_not(
     monkeypatch.setattr(timing, "EXIT_GRACE", 0.0)
     monkeypatch.setattr(workers, "stop_all", lambda grace: 0)
     monkeypatch.setattr("os._exit", exits.append)
-    session._end_workers()
+    session.ending.end_workers()
     assert exits == ([] if exiting else [1])
     printed = "first failure: node2" in capsys.readouterr().err
     assert printed is not exiting

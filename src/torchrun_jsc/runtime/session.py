@@ -107,7 +107,7 @@ __all__ = [
 ]
 
 
-class Session(Ending):
+class Session:
     """The job watch of this agent process (one per process: :data:`SESSION`)."""
 
     def __init__(self, node: Optional[Node] = None, config: Optional[Config] = None) -> None:
@@ -134,6 +134,8 @@ class Session(Ending):
         #: Failover, when the patch switched it on: its settings and its part of the watch.
         self.failover: Optional[Failover] = None
         self.succession: Optional[Succession] = None
+        #: The process's end.
+        self.ending = Ending(self)
         #: The rendezvous host's member key, once read (:meth:`host_member`).
         self.host_key = ""
 
@@ -318,7 +320,7 @@ class Session(Ending):
             self.agent = agent
             self.monitor_interval = float(getattr(worker_group.spec, "monitor_interval", 0) or 0)
         requeuing.park()
-        self._look_at_pause()
+        self.look_at_pause()
         self.park_for_handover()
         asked = self._look()
         if asked == Ask.RESTART:
@@ -334,7 +336,7 @@ class Session(Ending):
             return failures.stopped_result(worker_group)
         return result
 
-    def _look_at_pause(self) -> None:
+    def look_at_pause(self) -> None:
         """Whether this node did not run for the peer timeout (thawed), decided now rather
         than at the watch threads' next look: before torch's monitor (it must not restart the
         workers into a round that went on without this node) and at the process's end."""
@@ -364,6 +366,34 @@ class Session(Ending):
         node = self.node
         assert node is not None
         return node.hostname, node.node_rank
+
+    # ------------------------------------------------------------------ the process's end
+
+    @property
+    def serving(self) -> bool:
+        """Whether this agent serves the store (and so watches everyone's heartbeats)."""
+        node = self.node
+        if node is None:
+            return False
+        if node.is_host is not None:
+            return node.is_host
+        return self.group_rank == 0
+
+    def grace(self) -> float:
+        """Seconds the workers have between SIGTERM and SIGKILL."""
+        return self.ending.grace()
+
+    def at_exit(self) -> None:
+        """The last line and the watch's threads stopped, when the interpreter ends."""
+        self.ending.at_exit()
+
+    def print_last_line(self) -> None:
+        """The first failure, once, when the job failed and the report is on."""
+        self.ending.print_last_line()
+
+    def stop_workers(self) -> None:
+        """Stop this node's workers (a STOPPED record unless they had all ended)."""
+        self.ending.stop_workers()
 
     # ------------------------------------------------------------------ failover
 
@@ -418,10 +448,10 @@ class Session(Ending):
         self._zero_restarts()
 
     def _do_StopWorkers(self, action: StopWorkers) -> None:
-        self._thread(self._end_workers, "trjsc-stop")
+        self._thread(self.ending.end_workers, "trjsc-stop")
 
     def _do_Leave(self, action: Leave) -> None:
-        self._thread(self._end_finished, "trjsc-leave")
+        self._thread(self.ending.end_finished, "trjsc-leave")
 
     def _do_MarkDone(self, action: MarkDone) -> None:
         protocol, me = self.protocol, self.me
@@ -493,7 +523,7 @@ class Session(Ending):
     def _told_to_stop(self) -> None:
         """This node's heartbeat came back as a stop: read why, then decide (a thawed node
         says first that it did not run: the stop is the others' answer to that)."""
-        self._look_at_pause()
+        self.look_at_pause()
         protocol = self.protocol
         with self.lock:
             listening = watch.listening(self.state)

@@ -1,4 +1,4 @@
-"""The end of an agent process's job watch (a part of :class:`~.session.Session`): stopping
+"""The end of an agent process's job watch (:class:`Ending`, which the session holds): stopping
 this node's workers, leaving torch's exit barrier, the last line, and the watch's threads
 stopped before the interpreter ends."""
 
@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import List, Optional, Protocol
 
 from ..torch_defaults import TERM_GRACE
 from . import timing
@@ -24,7 +24,7 @@ from .requeue import sequence as requeuing
 from .requeue.decision import short_name
 from .signals import signalled
 from .store.bounded import in_flight
-from .watch import machine as watch
+from .watch.machine import exit_code
 from .watch.vocabulary import Config, Event, Exiting, State
 
 
@@ -42,8 +42,9 @@ def silence_teardown() -> None:
         os.close(null)
 
 
-class Ending:
-    """How the process ends; :class:`~.session.Session` holds the state it reads."""
+class Watch(Protocol):
+    """What the process's end reads of the session (replaced as the job goes on, so read at
+    each use)."""
 
     node: Optional[Node]
     config: Config
@@ -57,45 +58,48 @@ class Ending:
     closing: threading.Event
     threads: List[threading.Thread]
     lock: threading.RLock
-    group_rank: Optional[int]
-    #: The session's: decide on an event; look whether this node did not run.
-    post: Callable[[Event], None]
-    _look_at_pause: Callable[[], None]
 
     @property
     def serving(self) -> bool:
         """Whether this agent serves the store (and so watches everyone's heartbeats)."""
-        node = self.node
-        if node is None:
-            return False
-        if node.is_host is not None:
-            return node.is_host
-        return self.group_rank == 0
 
-    def _end_workers(self) -> None:
+    def post(self, event: Event) -> None:
+        """Decide on ``event`` and carry out what was decided."""
+
+    def look_at_pause(self) -> None:
+        """Whether this node did not run for the peer timeout, decided now."""
+
+
+class Ending:
+    """How the process ends: built by the session with the session's view it reads."""
+
+    def __init__(self, watch: Watch) -> None:
+        self.watch = watch
+
+    def end_workers(self) -> None:
         """Stop this node's workers; if the agent has not ended by itself a little later (a
         blocked store operation), print the last line and end the process."""
         self.stop_workers()
         time.sleep(timing.EXIT_GRACE)
         self.print_last_line()
-        with self.lock:
-            state = self.state
+        with self.watch.lock:
+            state = self.watch.state
         if not state.exiting:
-            os._exit(watch.exit_code(state))
+            os._exit(exit_code(state))
 
-    def _end_finished(self) -> None:
+    def end_finished(self) -> None:
         """Leave torch's exit barrier: print the last line, end with 0."""
         self.print_last_line()
-        if not self.state.exiting:  # torch's main thread is still in its exit barrier
+        if not self.watch.state.exiting:  # torch's main thread is still in its exit barrier
             exit_now(0)
 
     def stop_workers(self) -> None:
         """Stop this node's workers and publish that (a STOPPED record) unless they had all
         ended by themselves: torch's monitor then publishes their failure."""
-        node = self.node
+        node = self.watch.node
         count = workers.stop_all(self.grace())
         if count and node is not None:
-            self.ledger.publish_own(failures.stopped(node.hostname, node.node_rank, count))
+            self.watch.ledger.publish_own(failures.stopped(node.hostname, node.node_rank, count))
 
     def at_exit(self) -> None:
         """Print the job's first failure as this agent's last line (once), when it failed; then
@@ -107,42 +111,44 @@ class Ending:
         try:
             # thawed: torch's main thread may end the agent before either watch thread has
             # looked again
-            self._look_at_pause()
-            self.post(Exiting())
+            self.watch.look_at_pause()
+            self.watch.post(Exiting())
             self.print_last_line()
         finally:
             self._quiesce()
-            if self.state.failed and self.config.report:
+            if self.watch.state.failed and self.watch.config.report:
                 silence_teardown()
 
     def _quiesce(self) -> None:
-        self.closing.set()
+        self.watch.closing.set()
         deadline = time.monotonic() + timing.QUIESCE_WAIT
-        for thread in [*self.threads, *in_flight()]:
+        for thread in [*self.watch.threads, *in_flight()]:
             if thread is not threading.current_thread():
                 thread.join(max(deadline - time.monotonic(), 0.0))
 
     def print_last_line(self) -> None:
         """The first failure, once, when the job failed and the report is on."""
-        if not (self.state.failed and self.config.report):
+        if not (self.watch.state.failed and self.watch.config.report):
             return
-        members, serving, me = list(self.members), self.serving, self.me
-        settle, beats = self._settle(), self.beats
-        beat = self.config.beat_interval
+        members, serving, me = list(self.watch.members), self.watch.serving, self.watch.me
+        settle, beats = self._settle(), self.watch.beats
+        beat = self.watch.config.beat_interval
         quiet = None if beats is None or not serving else functools.partial(beats.quiet, me)
-        self.last_line.print(
-            self.ledger,
-            lambda: self.ledger.read_all(members, serving, settle, quiet, beat),
+        self.watch.last_line.print(
+            self.watch.ledger,
+            lambda: self.watch.ledger.read_all(members, serving, settle, quiet, beat),
             settle + timing.VANISHED_BEATS * beat + timing.LINGER + timing.STORE_WAIT,
         )
         # a member that did not introduce itself has its key for a name: no Slurm name
-        departed = [short_name(m.hostname) for m in self.state.departed if m.node_rank is not None]
-        requeuing.after_failure(self.last_line.seen, departed, self.state.minority)
+        departed = [
+            short_name(m.hostname) for m in self.watch.state.departed if m.node_rank is not None
+        ]
+        requeuing.after_failure(self.watch.last_line.seen, departed, self.watch.state.minority)
 
     def _settle(self) -> float:
         """How long to wait for the other nodes' records."""
-        return timing.SETTLE + max(self.monitor_interval, self.config.beat_interval)
+        return timing.SETTLE + max(self.watch.monitor_interval, self.watch.config.beat_interval)
 
     def grace(self) -> float:
         """Seconds the workers have between SIGTERM and SIGKILL."""
-        return float(TERM_GRACE) if self.node is None else self.node.term_grace()
+        return float(TERM_GRACE) if self.watch.node is None else self.watch.node.term_grace()
