@@ -13,6 +13,7 @@ DYNAMIC_RENDEZVOUS = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
 AGENT = "torch.distributed.elastic.agent.server.api"
 LOCAL_AGENT = "torch.distributed.elastic.agent.server.local_elastic_agent"
 PROCESSES = "torch.distributed.elastic.multiprocessing.api"
+C10D_BACKEND = "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend"
 
 _UNDO: List[Union[Tuple[object, str, Any], Callable[[], None]]] = []
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from ._common import Check, replace, verified
+from ._common import C10D_BACKEND, Check, replace, verified
 
 CHECKS = tuple(
     Check(module, "_matches_machine_hostname", (("host",),))
     for module in (
         "torch.distributed.elastic.rendezvous.utils",
-        "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
+        C10D_BACKEND,
     )
 )
 

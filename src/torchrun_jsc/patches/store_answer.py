@@ -18,10 +18,9 @@ from typing import Any
 
 from ..log import logger
 from ..torch_defaults import JOIN_TIMEOUT, RDZV_PORT, READ_TIMEOUT
-from ._common import Check, replace, verified
+from ._common import C10D_BACKEND, Check, replace, verified
 
-_C10D = "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend"
-CHECKS = (Check(_C10D, "_create_tcp_store", (("params",),)),)
+CHECKS = (Check(C10D_BACKEND, "_create_tcp_store", (("params",),)),)
 
 
 def install(clients: bool = True) -> None:

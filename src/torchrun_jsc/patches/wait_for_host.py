@@ -27,11 +27,10 @@ from typing import Any
 from ..log import logger
 from ..runtime.signals import early_stop
 from ..torch_defaults import RDZV_PORT, READ_TIMEOUT
-from ._common import Check, replace, verified
+from ._common import C10D_BACKEND, Check, replace, verified
 from .store_answer import answered
 
-_C10D = "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend"
-CHECKS = (Check(_C10D, "_create_tcp_store", (("params",),)),)
+CHECKS = (Check(C10D_BACKEND, "_create_tcp_store", (("params",),)),)
 #: One connection attempt by torch, once the port accepts (torch retries inside it).
 ATTEMPT = 10
 #: One try of the port: how long a connection may take to be accepted (seconds).
