@@ -22,7 +22,8 @@ writes the outcome; the other nodes print it when it comes in time. When the ser
 the one lost, node ranks 1-3 requeue in its place without it, one after another, each asking
 Slurm first whether one before it did (Slurm's restart count of the job is the record).
 
-Every wait here has a bound (:mod:`.timing`); torch's monitor waits at most their sum.
+Every wait here has a bound (:mod:`torchrun_jsc.runtime.timing`); torch's monitor waits at most
+their sum.
 """
 
 from __future__ import annotations
@@ -253,8 +254,8 @@ class Requeuing:
         self.end(0 if ok else 1)
 
     def _tell(self, protocol: JobProtocol, ok: bool, line: str, readers: int) -> None:
-        """Write the outcome and wait (at most :data:`~.timing.LINGER`) until ``readers``
-        nodes have read it: the store ends with this process."""
+        """Write the outcome and wait (at most :data:`~torchrun_jsc.runtime.timing.LINGER`) until
+        ``readers`` nodes have read it: the store ends with this process."""
         bounded(lambda: protocol.set_requeue_outcome(ok, line), timing.STORE_WAIT)
         _poll(lambda: protocol.requeue_told(0) >= readers or None, timing.LINGER)
 
