@@ -14,15 +14,28 @@ from tests.cluster.scenarios import torchrun_argv
 pytestmark = pytest.mark.cluster
 
 
+#: Where a frame of the launcher's own process lies (a worker's frames are the training
+#: script's and torch.distributed's collectives).
+LAUNCHER_FRAMES = ("torchrun_jsc/", "torch/distributed/run.py", "torch/distributed/elastic/")
+FRAME = re.compile(r'^(?:\[rank\d+\]:)?\s+File "([^"]+)"')
+
+
 def launcher_tracebacks(text: str) -> list[str]:
-    """The first frame of every traceback in `text` that did not start in the training script."""
-    lines = text.splitlines()
-    firsts = [
-        lines[i + 1] if i + 1 < len(lines) else ""
-        for i, line in enumerate(lines)
-        if "Traceback (most recent call last):" in line
-    ]
-    return [first for first in firsts if "/jobs/train.py" not in first]
+    """The frames of the launcher's process in any traceback of ``text``: every ``File "..."``
+    line after a traceback header, up to the next line that is no frame or source line."""
+    found: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if "Traceback (most recent call last):" in line:
+            inside = True
+            continue
+        frame = FRAME.match(line)
+        if inside and frame is not None:
+            if any(part in frame.group(1) for part in LAUNCHER_FRAMES):
+                found.append(line)
+        elif inside and not re.match(r"^(?:\[rank\d+\]:)?\s", line):
+            inside = False
+    return found
 
 
 def test_scancel_is_one_line_per_node(main_cluster: Cluster) -> None:
@@ -75,5 +88,5 @@ def test_scancel_is_one_line_per_node(main_cluster: Cluster) -> None:
         ), f"node{node}:\n{text[-4000:]}"
         # Slurm signals the nodes one after another: a worker whose peer ended first may fail in
         # its collective before its own signal comes; that traceback is the training's output
-        # (its first frame is the training script), not the launcher's
+        # (none of its frames is the launcher's), not the launcher's
         assert launcher_tracebacks(text) == [] and "Logging error" not in text, text[-6000:]

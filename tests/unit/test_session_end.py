@@ -182,6 +182,7 @@ def test_every_action_has_its_owner() -> None:
     assert sorted(HANDLERS, key=str) == sorted(actions, key=str)
     assert all(callable(handler) for handler in HANDLERS.values())
     assert len(set(HANDLERS.values())) == len(HANDLERS), "one handler per action"
+    assert all(h.__name__ == f"_do_{t.__name__}" for t, h in HANDLERS.items()), "each its own"
 
 
 def test_the_heartbeat_loop_survives_a_refusing_store_and_reports_a_stop() -> None:
