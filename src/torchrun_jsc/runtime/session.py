@@ -131,8 +131,7 @@ class Session:
         self.closing = threading.Event()
         self.threads: List[threading.Thread] = []
         self.lock = threading.RLock()
-        #: Failover, when the patch switched it on: its settings and its part of the watch.
-        self.failover: Optional[Failover] = None
+        #: Failover's part of the watch (with its settings), when the patch switched it on.
         self.succession: Optional[Succession] = None
         #: The process's end.
         self.ending = Ending(self)
@@ -171,7 +170,6 @@ class Session:
                     recovery=True, min_nodes=recovery[0], max_restarts=recovery[1]
                 )
             if failover is not None:
-                self.failover = failover
                 self.succession = Succession(self, failover)
                 self.config = self.config._replace(
                     failover=relaunch.possible(),
@@ -567,8 +565,8 @@ class Session:
         protocol, beats = self.protocol, self.beats
         assert protocol is not None and beats is not None
         with contextlib.suppress(Exception):
-            failover = self.failover
-            address = None if failover is None else failover.address
+            succession = self.succession
+            address = None if succession is None else succession.failover.address
             protocol.introduce(self.me, *self._me(), address)
             protocol.beat(self.me)  # the counter exists before a spare registers
         beats.run()
