@@ -121,8 +121,8 @@ def time_torch_main(main: Callable[..., Any]) -> Callable[..., Any]:
         _around(api.SimpleElasticAgent, "run", "agent_run", "agent_run_done")
         _after(DynamicRendezvousHandler, "next_rendezvous", "rdzv_joined")
         _after(api.SimpleElasticAgent, "_rendezvous", "rdzv_done")
-        if "torchrun_jsc.runtime.session" in sys.modules:  # its hook's part of _rendezvous
-            from torchrun_jsc.runtime.session import Session
+        if "torchrun_jsc.runtime.session.adapter" in sys.modules:  # its hook's part of _rendezvous
+            from torchrun_jsc.runtime.session.adapter import Session
 
             _before(Session, "after_rendezvous", "ranks_assigned")
         _after(LocalElasticAgent, "_start_workers", "workers_started")

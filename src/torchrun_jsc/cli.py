@@ -81,7 +81,7 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         from .preflight import run_preflight
 
         sys.exit(run_preflight(prepared))
-    from .runtime import relaunch
+    from .runtime.failover import relaunch
 
     _early_stops(prepared)
     relaunch.remember(args, env, sys.argv[0])  # before carry_out changes the environment

@@ -9,7 +9,7 @@ from typing import Any, List
 import pytest
 
 from torchrun_jsc.runtime.records.report import Record
-from torchrun_jsc.runtime.session import Node, Session
+from torchrun_jsc.runtime.session.adapter import Node, Session
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 
 from .fakestore import FakeStore

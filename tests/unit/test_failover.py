@@ -13,9 +13,9 @@ from torchrun_jsc import handover
 from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.handover import Candidate, Handover
 from torchrun_jsc.patches.rank_order import encode as rank_id
-from torchrun_jsc.runtime import relaunch
+from torchrun_jsc.runtime.failover import relaunch
 from torchrun_jsc.runtime.node import Node
-from torchrun_jsc.runtime.session import Failover, Session
+from torchrun_jsc.runtime.session.adapter import Failover, Session
 from torchrun_jsc.runtime.watch.machine import decide
 from torchrun_jsc.runtime.watch.vocabulary import (
     Action,
@@ -431,7 +431,7 @@ def test_a_round_with_candidates_asks_for_the_first_ones_address() -> None:
 
 
 def test_the_rounds_of_the_next_process_count_on_from_the_handover() -> None:
-    from torchrun_jsc.runtime.rounds import Rounds
+    from torchrun_jsc.runtime.recovery.rounds import Rounds
     from torchrun_jsc.runtime.store.protocol import JobProtocol
 
     protocol = JobProtocol(FakeStore())

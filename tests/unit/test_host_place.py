@@ -13,10 +13,10 @@ import pytest
 from tests.unit.fakestore import FakeStore
 from torchrun_jsc import patches
 from torchrun_jsc.patches import params
-from torchrun_jsc.runtime import session
-from torchrun_jsc.runtime.host_place import Place, gave_up_line, place
 from torchrun_jsc.runtime.node import Node
-from torchrun_jsc.runtime.session import Session
+from torchrun_jsc.runtime.recovery.host_place import Place, gave_up_line, place
+from torchrun_jsc.runtime.session import adapter as session
+from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.vocabulary import Phase
 

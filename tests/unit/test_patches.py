@@ -468,8 +468,8 @@ def test_the_agent_side_patches_configure_the_same_in_every_order() -> None:
     peer timeout reached the store connection only when peer_watch came first)."""
     import itertools
 
-    from torchrun_jsc.runtime import session
     from torchrun_jsc.runtime.node import Node
+    from torchrun_jsc.runtime.session import adapter as session
 
     node = Node(hostname="node1", node_rank=1, store_host="node0i", store_port=29500, run_id="9")
     specs = [

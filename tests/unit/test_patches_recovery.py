@@ -11,8 +11,8 @@ import pytest
 
 from torchrun_jsc import patches
 from torchrun_jsc.patches import params
-from torchrun_jsc.runtime import session
 from torchrun_jsc.runtime.node import Node
+from torchrun_jsc.runtime.session import adapter as session
 
 pytest.importorskip("torch")
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous

@@ -11,11 +11,11 @@ import pytest
 
 from tests.unit.fakestore import FakeStore
 from torchrun_jsc.runtime import timing
-from torchrun_jsc.runtime.beating import Heartbeats, Round
 from torchrun_jsc.runtime.processes import workers
 from torchrun_jsc.runtime.records.report import FAILED, LOST
 from torchrun_jsc.runtime.requeue import sequence as requeuing
-from torchrun_jsc.runtime.session import Session
+from torchrun_jsc.runtime.session.adapter import Session
+from torchrun_jsc.runtime.session.threads import Heartbeats, Round
 from torchrun_jsc.runtime.signals import signalled
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.heartbeats import Tracker
@@ -175,7 +175,7 @@ def test_every_action_has_its_owner() -> None:
     read in torch's thread instead)."""
     from typing import get_args
 
-    from torchrun_jsc.runtime.session import HANDLERS
+    from torchrun_jsc.runtime.session.adapter import HANDLERS
     from torchrun_jsc.runtime.watch.vocabulary import Action, Answer
 
     actions = [action for action in get_args(Action) if action is not Answer]
@@ -216,7 +216,7 @@ def test_the_heartbeat_loop_survives_a_refusing_store_and_reports_a_stop() -> No
 
 
 def test_the_watchdog_reports_a_hanging_store() -> None:
-    from torchrun_jsc.runtime.beating import Watchdog
+    from torchrun_jsc.runtime.session.threads import Watchdog
     from torchrun_jsc.runtime.watch.vocabulary import StoreQuiet
 
     store = FakeStore()
@@ -236,11 +236,11 @@ def test_the_watchdog_reports_a_hanging_store() -> None:
 def _wait_once(monkeypatch: pytest.MonkeyPatch, before: float, after: float) -> List[object]:
     """One heartbeat wait of 2.5 s (peer timeout 10 s) that the clock sees from ``before`` to
     ``after``; what it posted."""
-    from torchrun_jsc.runtime import beating
+    from torchrun_jsc.runtime.session import threads
 
     protocol = JobProtocol(FakeStore())
     clock = iter([before, after])
-    monkeypatch.setattr(beating.time, "monotonic", lambda: next(clock, after))
+    monkeypatch.setattr(threads.time, "monotonic", lambda: next(clock, after))
     posted: List[object] = []
     closing = threading.Event()
     beats = Heartbeats(
@@ -278,7 +278,7 @@ def test_the_end_of_a_thawed_agent_says_it_did_not_run(
 ) -> None:
     """torch's main thread may end the agent (its store connection broken) before either
     watch thread has looked again after the thaw: the end itself notices the pause."""
-    from torchrun_jsc.runtime.beating import Watchdog
+    from torchrun_jsc.runtime.session.threads import Watchdog
 
     session = new_session(peer_timeout=10.0)
     with_store(session)
@@ -301,7 +301,7 @@ def test_a_thawed_node_told_to_stop_says_first_that_it_did_not_run(
     """Thawed inside a heartbeat (a store call when the freeze came): the beat returns the
     others' stop before either thread has waited again; the stop is their answer to this
     node's pause, so the pause is what this node says."""
-    from torchrun_jsc.runtime.beating import Watchdog
+    from torchrun_jsc.runtime.session.threads import Watchdog
 
     session = new_session(2, peer_timeout=10.0)
     with_store(session)
@@ -323,7 +323,7 @@ def test_the_watchdog_keeps_the_pause_until_its_look_is_decided(
 ) -> None:
     """Another thread asking during the watchdog's post (thawed, it found a stop) still sees
     the pause; the next look starts from this one."""
-    from torchrun_jsc.runtime.beating import Watchdog
+    from torchrun_jsc.runtime.session.threads import Watchdog
 
     session = new_session(peer_timeout=10.0)
     with_store(session)
@@ -378,14 +378,14 @@ def test_a_round_that_forms_while_this_node_ends_the_job_gets_no_workers(
     of starting workers a moment before it ends (torch 2.0.1 left one to the orphan watcher)."""
     import types
 
-    from torchrun_jsc.runtime import session as session_mod
+    from torchrun_jsc.runtime.session import adapter
 
     session = new_session(peer_timeout=10.0)
     session.state = State(phase)
     slept: List[float] = []
     ended: List[int] = []
-    monkeypatch.setattr(session_mod.time, "sleep", slept.append)
-    monkeypatch.setattr(session_mod, "exit_now", ended.append)
+    monkeypatch.setattr(adapter.time, "sleep", slept.append)
+    monkeypatch.setattr(adapter, "exit_now", ended.append)
     monkeypatch.setattr(session, "_connect", lambda: None)
     session.after_rendezvous(object(), types.SimpleNamespace(group_rank=0))
     if held:
@@ -400,10 +400,10 @@ def test_after_the_last_line_the_teardown_is_silenced(
 ) -> None:
     """torch's C++ warnings while the interpreter tears down its store (``sendBytes failed``)
     came after the last line in CI; a job that did not fail keeps everything."""
-    from torchrun_jsc.runtime import session_end
+    from torchrun_jsc.runtime.session import ending
 
     calls: List[int] = []
-    monkeypatch.setattr(session_end, "silence_teardown", lambda: calls.append(1))
+    monkeypatch.setattr(ending, "silence_teardown", lambda: calls.append(1))
     monkeypatch.setattr("os._exit", lambda code: None)
     session = new_session(peer_timeout=0.0)
     session.state = State(Phase.TRAINING, failed=failed)

@@ -14,7 +14,7 @@ from torchrun_jsc.runtime import timing
 from torchrun_jsc.runtime.processes import workers
 from torchrun_jsc.runtime.records import failures
 from torchrun_jsc.runtime.records.report import FAILED
-from torchrun_jsc.runtime.session import Node, Session
+from torchrun_jsc.runtime.session.adapter import Node, Session
 from torchrun_jsc.runtime.watch.vocabulary import Ask, Phase, State, WorkersEnded
 
 from .sessions import NOON, new_session

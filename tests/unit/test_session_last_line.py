@@ -11,11 +11,11 @@ import pytest
 
 from tests.unit.fakestore import FakeStore
 from torchrun_jsc.runtime import timing
-from torchrun_jsc.runtime.ledger import LastLine, Ledger
 from torchrun_jsc.runtime.processes import workers
 from torchrun_jsc.runtime.records import report
 from torchrun_jsc.runtime.records.report import FAILED, LOST, STOPPED, Record
-from torchrun_jsc.runtime.session import Session
+from torchrun_jsc.runtime.session.adapter import Session
+from torchrun_jsc.runtime.session.ledger import LastLine, Ledger
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.vocabulary import Phase, State
 
@@ -253,7 +253,7 @@ def test_the_records_are_counted_again_once_the_serving_node_has_settled(
 def test_a_stop_written_over_a_counter_is_no_word_from_its_member() -> None:
     """The watcher tells the others to stop by writing over their counters; a node that vanished
     must still look silent since its own last beat, or its LOST record comes too late."""
-    from torchrun_jsc.runtime.beating import Heartbeats, Round
+    from torchrun_jsc.runtime.session.threads import Heartbeats, Round
 
     protocol = JobProtocol(FakeStore())
     current = Round("a", ["a", "b"], serving=True, restarts_left=False)

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 from typing import Any, List
 
 from tests.unit.fakestore import FakeStore, protocol
-from torchrun_jsc.runtime.beating import Heartbeats, Round
 from torchrun_jsc.runtime.node import Node
-from torchrun_jsc.runtime.session import Session
-from torchrun_jsc.runtime.spares import SpareLook
+from torchrun_jsc.runtime.recovery.spares import SpareLook
+from torchrun_jsc.runtime.session.adapter import Session
+from torchrun_jsc.runtime.session.threads import Heartbeats, Round
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.vocabulary import (
     AwaitSpares,

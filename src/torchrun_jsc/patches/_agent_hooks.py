@@ -1,4 +1,4 @@
-"""The two places in torch's agent where the job watch (:mod:`torchrun_jsc.runtime.session`)
+"""The two places in torch's agent where the job watch (:mod:`torchrun_jsc.runtime.session.adapter`)
 hooks in, shared by the ``peer_watch`` and ``failure_report`` patches and installed once."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional, Tuple
 
-from ..runtime import session
 from ..runtime.node import Node
+from ..runtime.session import adapter as session
 from ._common import AGENT, LOCAL_AGENT, Check, on_restore, replace, verified
 
 CHECKS = (

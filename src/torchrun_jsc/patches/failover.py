@@ -1,7 +1,7 @@
 """All versions: a lost rendezvous host hands over to the next live node (with recovery).
 
 The job watch declares the host lost after the peer timeout and starts every other agent
-again at the next host (:mod:`torchrun_jsc.handover`, :mod:`torchrun_jsc.runtime.session`).
+again at the next host (:mod:`torchrun_jsc.handover`, :mod:`torchrun_jsc.runtime.session.adapter`).
 Until then torch must not end the agent: when the host's process is gone, its store's
 connection fails at torch's next look (``num_nodes_waiting`` in the monitor loop, or
 ``next_rendezvous`` at a restart or in a spare's wait) with ``RendezvousConnectionError``, and
@@ -16,8 +16,8 @@ import functools
 from typing import Any, Optional, Tuple
 
 from ..handover import Handover
-from ..runtime import session
 from ..runtime.node import Node
+from ..runtime.session import adapter as session
 from . import _agent_hooks
 from ._common import DYNAMIC_RENDEZVOUS, Check, replace, verified
 

@@ -6,8 +6,9 @@ come; whoever comes once the round is full waits as a spare. A rendezvous host t
 would watch the nodes or tell the spares of the rounds. Here a node that is not the host turns
 its "add me to the participants" into torch's own "look again in a second" while joining would
 bring the round to its quorum without the host, up to ``wait`` seconds and never up to torch's
-own deadline for the join (:mod:`torchrun_jsc.runtime.host_place` decides). The host's member
-key is in the job watch's store (:meth:`torchrun_jsc.runtime.session.Session.host_member`).
+own deadline for the join (:mod:`torchrun_jsc.runtime.recovery.host_place` decides). The
+host's member key is in the job watch's store
+(:meth:`torchrun_jsc.runtime.session.adapter.Session.host_member`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import time
 from typing import Any
 
 from ..errors import PatchDeclinedError
-from ..runtime import host_place, session
-from ..runtime.ledger import say
+from ..runtime.processes.output import say
+from ..runtime.recovery import host_place
+from ..runtime.session import adapter as session
 from ..runtime.store.protocol import member_key
 from ._common import DYNAMIC_RENDEZVOUS, Check, find, replace, verified
 

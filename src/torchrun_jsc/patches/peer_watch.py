@@ -1,6 +1,6 @@
 """All versions: lost nodes. Heartbeats through the rendezvous store; a node not heard from
 for the peer timeout, or a rendezvous host that stops answering, stops the job within about a
-minute, naming the node (:mod:`torchrun_jsc.runtime.session`)."""
+minute, naming the node (:mod:`torchrun_jsc.runtime.session.adapter`)."""
 
 from __future__ import annotations
 

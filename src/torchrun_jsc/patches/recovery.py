@@ -1,7 +1,7 @@
 """All versions: going on after a lost node (``--max_restarts`` > 0). The job watch restarts
 the job without a lost member while restarts are left and the live members and the waiting
 spares make up ``--nnodes``' minimum; agents beyond the maximum wait as spares and end with the
-job; every restart is said once on every node (:mod:`torchrun_jsc.runtime.session`).
+job; every restart is said once on every node (:mod:`torchrun_jsc.runtime.session.adapter`).
 
 torch's ``launch_agent`` closes the rendezvous whenever an agent ends, for every node: a node
 that is out of the job (it was frozen and thawed, or cut off from the store) must not end the
@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..runtime import session
 from ..runtime.node import Node
+from ..runtime.session import adapter as session
 from . import _agent_hooks
 from ._common import DYNAMIC_RENDEZVOUS, Check, replace, verified
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import signal
 from typing import Any, Callable, List, Optional
 
-from ..runtime import session
 from ..runtime.node import Node
 from ..runtime.requeue import sequence as requeuing
 from ..runtime.requeue.decision import Budget
+from ..runtime.session import adapter as session
 from ..runtime.store.protocol import JobProtocol
 from ..runtime.watch.vocabulary import Event
 from . import _agent_hooks

@@ -6,7 +6,7 @@ the next restart of every other node fails too. torch 2.3 keeps such agents in a
 list without a deadline. Here the join operation's deadline is renewed while this node waits
 beside a full round: it counts ``join_timeout`` from the last moment it did, so it still times
 out when no round forms for it after a place opened. What ends a spare's wait is the job's end
-(:mod:`torchrun_jsc.runtime.spares`). The plan installs it on torch < 2.3 (see
+(:mod:`torchrun_jsc.runtime.recovery.spares`). The plan installs it on torch < 2.3 (see
 :mod:`torchrun_jsc.versions`).
 """
 

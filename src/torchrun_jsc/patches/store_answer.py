@@ -74,8 +74,8 @@ def _say_silent(endpoint: str, started: float, bound: float) -> None:
 
 
 def _end_silent(endpoint: str, started: float) -> None:
-    from ..runtime.ledger import say
     from ..runtime.processes.end import exit_now
+    from ..runtime.processes.output import say
 
     say(
         f"torchrun_jsc: cannot start: the rendezvous host {endpoint} accepted connections but"

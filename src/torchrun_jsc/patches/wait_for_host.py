@@ -117,8 +117,8 @@ def _say_waiting(endpoint: str, elapsed: float, wait: float) -> None:
 
 def _give_up(endpoint: str, wait: float) -> None:
     """The next host after a handover never served: lost too. One line, exit 1."""
-    from ..runtime.ledger import say
     from ..runtime.processes.end import exit_now
+    from ..runtime.processes.output import say
 
     say(
         f"torchrun_jsc: cannot go on: the next rendezvous host {endpoint} did not serve within"

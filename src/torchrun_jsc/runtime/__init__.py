@@ -7,10 +7,11 @@ docstring says what it holds and what it may import):
 - :mod:`.signals`: stops by a signal, and passing SIGUSR1/SIGUSR2 on;
 - :mod:`.store`: torchrun_jsc's store connection and its protocol;
 - :mod:`.requeue`: the requeue's decisions and its sequence;
-- beside them, this node's account of the job's failures (``ledger``, above ``store``, below
-  ``requeue``), the session that wires the watch into torch (``session``, ``session_end``,
-  ``session_failover``) and its parts (``beating``, ``rounds``, ``spares``, ``host_place``,
-  ``relaunch``), the plan's facts about this node (``node``) and the watch's bounds
-  (``timing``).
+- :mod:`.recovery`: going on after a lost node (rounds, spares, the host's place);
+- :mod:`.failover`: the handover to the next rendezvous host, and starting the agent again;
+- :mod:`.session`: the job watch wired into torch (the adapter of torch's hooks, the process's
+  end, the heartbeat threads, this node's account of the failures and the last line);
+- beside them, two leaves every room may import: the plan's facts about this node (``node``)
+  and the watch's bounds (``timing``).
 
 The patches in :mod:`torchrun_jsc.patches` install them; the plan decides which."""

@@ -36,9 +36,9 @@ from typing import Callable, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from ...torch_defaults import TERM_GRACE
 from .. import timing
-from ..ledger import say
 from ..processes import workers
 from ..processes.end import exit_now
+from ..processes.output import say
 from ..records.report import Record
 from ..signals import signalled
 from ..store.bounded import bounded

@@ -1,8 +1,8 @@
 """The job watch of one agent as a state machine: its states, the events that move it (the
 values are in :mod:`.vocabulary`), and :func:`decide`, which is pure (state
 and event in; the next state and the actions to carry out out).
-:mod:`torchrun_jsc.runtime.session` feeds it events from torch's hooks and the watch's threads
-and hands the actions to their owners.
+:mod:`torchrun_jsc.runtime.session.adapter` feeds it events from torch's hooks and the
+watch's threads and hands the actions to their owners.
 
 The phases of a node::
 

@@ -1,7 +1,7 @@
 """The agent-side job watch of one torchrun_jsc agent, wired into torch: events from torch's
 hooks and the watch's threads go to :func:`torchrun_jsc.runtime.watch.machine.decide`; the
 actions it returns go to their owners (:mod:`.ledger` for records and the last line,
-:mod:`.beating` for heartbeats, :mod:`.processes.workers` for stopping the workers, this
+:mod:`.threads` for heartbeats, :mod:`..processes.workers` for stopping the workers, this
 module for ending the process).
 
 The ``peer_watch`` and ``failure_report`` patches configure :data:`SESSION` (each switches on
@@ -17,14 +17,14 @@ torch 1.13-2.15):
 
 Heartbeats: every agent adds 1 to its counter in the rendezvous store every few seconds (its own
 store connection). The agent that serves the store watches all counters
-(:class:`~.watch.heartbeats.Tracker`). A member quiet for the peer timeout is lost: the watcher
+(:class:`~..watch.heartbeats.Tracker`). A member quiet for the peer timeout is lost: the watcher
 records it and tells every other member to stop at its next heartbeat; where torch can go on
 without the node (``--nnodes=MIN:MAX`` with restarts left), the watcher restarts its own
 workers instead and torch re-forms the job without it. A node whose store operation hangs or
 fails for the peer timeout has lost the rendezvous host and stops.
 
 Recovery (``--max_restarts`` > 0, the ``recovery`` patch): an agent that has not joined a
-round looks whether one formed without it (:mod:`.spares`); it is a spare then, beats, and
+round looks whether one formed without it (:mod:`..recovery.spares`); it is a spare then, beats, and
 waits in torch's rendezvous to take a lost node's place, or ends when the job ends. Every
 round after the first is a restart, said once on every node with who left and who came.
 
@@ -46,23 +46,22 @@ import time
 from types import MappingProxyType
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from ..handover import Candidate
-from . import relaunch, timing
-from .beating import Heartbeats, Round, Watchdog, paused_for
-from .ledger import LastLine, Ledger, say
-from .node import Node
-from .processes.end import exit_now
-from .records import failures
-from .requeue import sequence as requeuing
-from .rounds import Rounds
-from .session_end import Ending
-from .session_failover import Failover, Succession
-from .spares import SpareLook
-from .store.bounded import bounded
-from .store.connection import JobStore
-from .store.protocol import JobProtocol, member_key
-from .watch import machine as watch
-from .watch.vocabulary import (
+from ...handover import Candidate
+from .. import timing
+from ..failover import relaunch
+from ..failover.succession import Failover, Succession
+from ..node import Node
+from ..processes.end import exit_now
+from ..processes.output import say
+from ..records import failures
+from ..recovery.rounds import Rounds
+from ..recovery.spares import SpareLook
+from ..requeue import sequence as requeuing
+from ..store.bounded import bounded
+from ..store.connection import JobStore
+from ..store.protocol import JobProtocol, member_key
+from ..watch import machine as watch
+from ..watch.vocabulary import (
     Action,
     Answer,
     Ask,
@@ -95,6 +94,9 @@ from .watch.vocabulary import (
     WorkersEnded,
     ZeroRestarts,
 )
+from .ending import Ending
+from .ledger import LastLine, Ledger
+from .threads import Heartbeats, Round, Watchdog, paused_for
 
 __all__ = [
     "HANDLERS",
@@ -223,8 +225,8 @@ class Session:
 
     def host_member(self) -> Optional[str]:
         """The rendezvous host's member key, for a node that keeps a place for it in each
-        round (:mod:`.host_place`): None when this node is the host or does not know whether it
-        is; ``""`` while the host has not said it."""
+        round (:mod:`..recovery.host_place`): None when this node is the host or does not know
+        whether it is; ``""`` while the host has not said it."""
         node = self.node
         if node is None or node.is_host is not False or not self.config.recovery:
             return None
@@ -586,8 +588,8 @@ class Session:
             )
 
 
-#: Who carries out each action :func:`~.watch.machine.decide` returns, by its type (the
-#: monitor's :class:`~.watch.vocabulary.Answer` is read in torch's thread instead: ``_look``).
+#: Who carries out each action :func:`~..watch.machine.decide` returns, by its type (the
+#: monitor's :class:`~..watch.vocabulary.Answer` is read in torch's thread instead: ``_look``).
 HANDLERS: Mapping[type, Callable[[Session, Any], None]] = MappingProxyType(
     {
         Say: Session._do_Say,

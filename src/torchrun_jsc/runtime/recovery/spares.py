@@ -9,9 +9,9 @@ from __future__ import annotations
 import threading
 from typing import Callable, List, Optional, Tuple
 
-from ..handover import Candidate
-from .store.protocol import JobProtocol
-from .watch.vocabulary import Event, Phase, SpareFound, SpareReleased
+from ...handover import Candidate
+from ..store.protocol import JobProtocol
+from ..watch.vocabulary import Event, Phase, SpareFound, SpareReleased
 
 
 class SpareLook:

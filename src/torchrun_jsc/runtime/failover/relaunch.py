@@ -18,8 +18,8 @@ import signal
 import sys
 from typing import Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
-from .. import handover
-from .ledger import say
+from ... import handover
+from ..processes.output import say
 
 _ORIGINAL: Optional[Tuple[str, List[str], Dict[str, str]]] = None
 

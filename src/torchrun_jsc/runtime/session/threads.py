@@ -8,11 +8,11 @@ import threading
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import timing
-from .store.protocol import Beat, JobProtocol
-from .watch import heartbeats
-from .watch.heartbeats import Tracker
-from .watch.vocabulary import Event, MembersLost, StoreQuiet
+from .. import timing
+from ..store.protocol import Beat, JobProtocol
+from ..watch import heartbeats
+from ..watch.heartbeats import Tracker
+from ..watch.vocabulary import Event, MembersLost, StoreQuiet
 
 
 class Round(NamedTuple):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Sequence, Tuple
 
-from . import timing
-from .store.bounded import bounded
-from .store.protocol import JobProtocol
-from .watch.vocabulary import Joined, Member
+from .. import timing
+from ..store.bounded import bounded
+from ..store.protocol import JobProtocol
+from ..watch.vocabulary import Joined, Member
 
 
 class Rounds:
@@ -21,7 +21,7 @@ class Rounds:
         self.first: Optional[int] = None
         #: The job's restarts before this store's first round (after a handover).
         self.offset = offset
-        #: The spares the job had when the latest round formed (:mod:`.watch.quorum`).
+        #: The spares the job had when the latest round formed (:mod:`..watch.quorum`).
         self.spares: Tuple[str, ...] = ()
 
     def joined(

@@ -12,20 +12,20 @@ import threading
 import time
 from typing import List, Optional, Protocol
 
-from ..torch_defaults import TERM_GRACE
-from . import timing
-from .beating import Heartbeats
+from ...torch_defaults import TERM_GRACE
+from .. import timing
+from ..node import Node
+from ..processes import workers
+from ..processes.end import exit_now
+from ..records import failures
+from ..requeue import sequence as requeuing
+from ..requeue.decision import short_name
+from ..signals import signalled
+from ..store.bounded import in_flight
+from ..watch.machine import exit_code
+from ..watch.vocabulary import Config, Event, Exiting, State
 from .ledger import LastLine, Ledger
-from .node import Node
-from .processes import workers
-from .processes.end import exit_now
-from .records import failures
-from .requeue import sequence as requeuing
-from .requeue.decision import short_name
-from .signals import signalled
-from .store.bounded import in_flight
-from .watch.machine import exit_code
-from .watch.vocabulary import Config, Event, Exiting, State
+from .threads import Heartbeats
 
 
 def silence_teardown() -> None:

@@ -3,25 +3,16 @@ failure report on, written to the store), and the last line made from every node
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import timing
-from .records.report import FAILED, LOST, STOPPED, Record, report_line
-from .store.bounded import bounded
-from .store.protocol import JobProtocol
-from .watch import heartbeats
-
-
-def say(line: str) -> None:
-    """Print one line on stderr (never raises)."""
-    import sys
-
-    with contextlib.suppress(Exception):  # a closed stderr must not break the watch
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+from .. import timing
+from ..processes.output import say
+from ..records.report import FAILED, LOST, STOPPED, Record, report_line
+from ..store.bounded import bounded
+from ..store.protocol import JobProtocol
+from ..watch import heartbeats
 
 
 class Ledger:
@@ -95,7 +86,7 @@ class Ledger:
 
         The serving node also names the members that vanished (``quiet``: the members'
         seconds of quiet, heartbeats every ``beat`` seconds): a member without a record,
-        quiet for :data:`~.timing.VANISHED_BEATS` heartbeats, gets a LOST record; then it
+        quiet for :data:`~..timing.VANISHED_BEATS` heartbeats, gets a LOST record; then it
         notes that it is done, which the others wait for (a bound: the heartbeats more)."""
         protocol = self.protocol
         if protocol is None or protocol.store.in_flight() > timing.HANG:

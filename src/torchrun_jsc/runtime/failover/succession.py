@@ -9,14 +9,15 @@ import threading
 import time
 from typing import Callable, List, NamedTuple, Optional, Protocol, Tuple
 
-from .. import handover
-from . import relaunch, timing
-from .ledger import say
-from .processes import workers
-from .processes.end import exit_now
-from .store.bounded import bounded
-from .store.protocol import JobProtocol
-from .watch.vocabulary import Config, Event, HandOver, LookUpNextHost, NextHosts, Phase, State
+from ... import handover
+from .. import timing
+from ..processes import workers
+from ..processes.end import exit_now
+from ..processes.output import say
+from ..store.bounded import bounded
+from ..store.protocol import JobProtocol
+from ..watch.vocabulary import Config, Event, HandOver, LookUpNextHost, NextHosts, Phase, State
+from . import relaunch
 
 
 class Failover(NamedTuple):
