@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, List, Mapping, NoReturn, Optional
 from . import __version__
 from .errors import ConfigError, UnsupportedTorchError
 from .handover import VARIABLE as HANDOVER
-from .settings import VARIABLES, explain_style
+from .settings.table import VARIABLES, explain_style
 
 if TYPE_CHECKING:
     from .plan import Prepared

@@ -14,7 +14,7 @@ from . import network, slurm
 from .envvars import shown
 from .facts import NodeFacts
 from .request import SOCKET_IFNAME_VARIABLES, Request
-from .settings import Settings
+from .settings.table import Settings
 from .torch_defaults import JOIN_TIMEOUT, RDZV_HOST
 
 #: What ``TORCHRUN_JSC_GUARDS=warn`` changes, said with every refusal.

@@ -23,7 +23,7 @@ from .request import (
     Request,
     format_rdzv_conf,
 )
-from .settings import Settings
+from .settings.table import Settings
 from .versions import (
     Strategy,
     TorchBug,

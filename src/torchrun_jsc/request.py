@@ -17,7 +17,7 @@ from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequenc
 from . import autoconfig, envvars, handover
 from .errors import ConfigError
 from .network import Endpoint, parse_endpoint
-from .settings import Settings
+from .settings.table import Settings
 from .slurm import SlurmStep
 from .torch_cli import CommandLine, Parsed, Stop, TorchCli, option_source
 from .torch_defaults import RDZV_SECONDS

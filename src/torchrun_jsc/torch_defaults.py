@@ -1,7 +1,7 @@
 """torch's own defaults that torchrun_jsc relies on, each with where in torch it comes from.
 
 The same on every supported release (1.9 to 2.15) unless a comment says otherwise; the
-settings prose (:mod:`torchrun_jsc.settings`) and every message name them from here.
+settings prose (:mod:`torchrun_jsc.settings.table`) and every message name them from here.
 """
 
 from __future__ import annotations

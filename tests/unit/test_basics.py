@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torchrun_jsc import network, request
 from torchrun_jsc.errors import ConfigError, UnsupportedTorchError
 from torchrun_jsc.patches.params import name_of_type
-from torchrun_jsc.settings import VARIABLES, Settings
+from torchrun_jsc.settings.table import VARIABLES, Settings
 from torchrun_jsc.versions import (
     STRATEGIES,
     TORCH_BUGS,
@@ -352,14 +352,14 @@ def test_the_readme_settings_table_is_the_generated_one() -> None:
     """One home for every default: the README's table is written from settings.VARIABLES."""
     from pathlib import Path
 
-    from torchrun_jsc.settings import markdown_table
+    from torchrun_jsc.settings.table import markdown_table
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     block = readme.split("<!-- settings:begin", 1)[1].split("-->", 1)[1]
     block = block.split("<!-- settings:end -->", 1)[0].strip()
     assert block == markdown_table(), (
         "README settings table out of date; paste the output of "
-        'python -c "from torchrun_jsc.settings import markdown_table as t; print(t())"'
+        'python -c "from torchrun_jsc.settings.table import markdown_table as t; print(t())"'
     )
     for variable in VARIABLES:
         assert f"`{variable.name}`" in block and variable.short, variable.name

@@ -15,7 +15,7 @@ import pytest
 
 from torchrun_jsc import cli
 from torchrun_jsc.errors import ConfigError
-from torchrun_jsc.settings import VARIABLES, Settings, variable
+from torchrun_jsc.settings.table import VARIABLES, Settings, variable
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterator, List
 
 from torchrun_jsc.preflight import probe_offsets
-from torchrun_jsc.settings import variable
+from torchrun_jsc.settings.table import variable
 
 REPO = Path(__file__).resolve().parents[2]
 #: What users read: the README, the settings' prose (in the README's table) and the docs.

@@ -11,7 +11,7 @@ from torchrun_jsc import guards
 from torchrun_jsc.explain import render
 from torchrun_jsc.facts import NodeFacts
 from torchrun_jsc.plan import Plan, Prepared, make_plan
-from torchrun_jsc.settings import Settings
+from torchrun_jsc.settings.table import Settings
 
 from .layouts import ib, mgmt, node
 from .planning import request

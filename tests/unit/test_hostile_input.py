@@ -12,7 +12,7 @@ import pytest
 from torchrun_jsc import explain, facts, handover
 from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.plan import Prepared, make_plan
-from torchrun_jsc.settings import Settings
+from torchrun_jsc.settings.table import Settings
 from torchrun_jsc.torch_cli import CommandLine, TorchCli
 
 from .layouts import ib, ib6, node

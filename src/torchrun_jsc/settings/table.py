@@ -3,7 +3,7 @@
 :func:`Settings.from_env` reads a mapping (never ``os.environ`` implicitly) and raises
 :class:`~torchrun_jsc.errors.ConfigError` with a one-line message for any bad value or unknown
 ``TORCHRUN_JSC_*`` name. A blank value counts as unset. The parsers of the values and their
-bounds live in :mod:`torchrun_jsc.settings_values`.
+bounds live in :mod:`torchrun_jsc.settings.values`.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from __future__ import annotations
 import signal
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
-from . import envvars
-from .errors import ConfigError
-from .handover import VARIABLE as HANDOVER_VARIABLE
-from .patches.wait_for_host import SAY_EVERY
-from .settings_requeue import REQUEUE_VARIABLES
-from .settings_values import (
+from .. import envvars
+from ..errors import ConfigError
+from ..handover import VARIABLE as HANDOVER_VARIABLE
+from ..patches.wait_for_host import SAY_EVERY
+from ..torch_defaults import JOIN_TIMEOUT, READ_TIMEOUT, TERM_GRACE
+from .requeue import REQUEUE_VARIABLES
+from .values import (
     FORWARDABLE,
     MAX_NODE_RANK,
     MAX_SECONDS,
@@ -33,7 +34,6 @@ from .settings_values import (
     suffix,
     switch,
 )
-from .torch_defaults import JOIN_TIMEOUT, READ_TIMEOUT, TERM_GRACE
 
 VARIABLES: Tuple[Variable, ...] = (
     Variable(
@@ -491,7 +491,7 @@ class Settings(NamedTuple):
 
 def markdown_table() -> str:
     """The README's settings table (between ``<!-- settings:begin/end -->``), from
-    :data:`VARIABLES`: ``python -c "from torchrun_jsc.settings import markdown_table as t;
+    :data:`VARIABLES`: ``python -c "from torchrun_jsc.settings.table import markdown_table as t;
     print(t())"`` prints it."""
     lines = ["| variable | default | accepted | meaning |", "|---|---|---|---|"]
     for var in VARIABLES:

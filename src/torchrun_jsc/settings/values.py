@@ -1,7 +1,7 @@
 """The values of the ``TORCHRUN_JSC_*`` settings: their parsers and the bounds they enforce.
 
 Each parser takes the variable's text and returns its value or raises :class:`ValueError`;
-:data:`torchrun_jsc.settings.VARIABLES` names the parser of every variable.
+:data:`torchrun_jsc.settings.table.VARIABLES` names the parser of every variable.
 """
 
 from __future__ import annotations

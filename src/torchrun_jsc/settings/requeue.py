@@ -1,11 +1,11 @@
-"""The ``TORCHRUN_JSC_REQUEUE*`` rows of the settings table (:mod:`torchrun_jsc.settings`):
+"""The ``TORCHRUN_JSC_REQUEUE*`` rows of the settings table (:mod:`torchrun_jsc.settings.table`):
 requeueing the job from its checkpoint when its allocation cannot go on."""
 
 from __future__ import annotations
 
 from typing import Tuple
 
-from .settings_values import (
+from .values import (
     FORWARDABLE,
     MAX_SECONDS,
     SWITCH,
