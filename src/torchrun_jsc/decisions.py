@@ -4,7 +4,7 @@ side (:mod:`torchrun_jsc.lifecycle`). Pure."""
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple
+from typing import Dict, List, NamedTuple, Optional
 
 from .patches.params import Params, PatchSpec
 
@@ -31,6 +31,11 @@ class Collector:
         """Record a decision (``value`` as text)."""
         self.decisions.append(Decision(topic, str(value), reason))
 
-    def patch(self, what: Params, reason: str) -> None:
-        """Install the patch ``what`` is for."""
-        self.patches.append(PatchSpec(what, reason))
+    def patch(self, what: Params, reason: str, at: Optional[int] = None) -> None:
+        """Install the patch ``what`` is for (``at``: before the patch collected there, for
+        one that is known last but must be installed first)."""
+        spec = PatchSpec(what, reason)
+        if at is None:
+            self.patches.append(spec)
+        else:
+            self.patches.insert(at, spec)

@@ -8,12 +8,12 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 | workers die with the agent (a watcher); own session | ``worker_start`` | every launch (Linux) |
 | SIGUSR1/SIGUSR2 reach each worker once | ``forward_signals`` | every launch (Linux) |
 | grace between SIGTERM and SIGKILL | ``term_grace`` | when ``TORCHRUN_JSC_TERM_GRACE`` is set |
-| lost nodes stop the job | ``peer_watch`` | multi-node c10d launches torchrun_jsc fixes |
+| lost nodes stop the job (the job watch) | ``job_watch`` | multi-node c10d launches it fixes |
 | going on without a lost node; spares | ``recovery`` | those, with ``--max_restarts`` > 0 |
 | the host's place kept in each round | ``host_in_round`` | those, when the host is known |
 | the next node hosts when the host is lost | ``failover`` | those, unless ``is_host`` is given |
 | requeue after the warning signal or a failure | ``requeue`` | ``TORCHRUN_JSC_REQUEUE=1`` |
-| the job's first failure, last line | ``failure_report`` | every launch |
+| the job's first failure, last line (the job watch) | ``job_watch`` | every launch |
 | a stop by a signal, one line | ``stop_signal`` | every launch (with the failure report) |
 | wait for a late rendezvous host | ``wait_for_host`` | nodes that do not host the store |
 | group ranks in node order | ``rank_order`` | multi-node c10d launches with a node rank |
@@ -29,8 +29,8 @@ from .handover import Handover
 from .patches import params
 from .patches.params import AGENT_SIDE
 from .request import Request, handled_signals
-from .runtime.node import Node
 from .runtime.requeue.decision import Budget
+from .runtime.watch.vocabulary import Config
 from .slurm import SlurmStep, expand_hostlist
 from .versions import OWN_SESSION_FROM, TorchVersion
 
@@ -41,8 +41,6 @@ PATCHES = AGENT_SIDE
 LATE_HOST = 30.0
 #: The shortest join_timeout a late host is given.
 MIN_JOIN = 30
-#: How long an agent that hands over may take to start again and serve (seconds).
-HANDOVER_START = 60.0
 
 
 def plan_agent_side(
@@ -93,13 +91,14 @@ def plan_agent_side(
     if settings.term_grace is not None:
         side.patch(params.TermGrace(seconds=settings.term_grace), "TORCHRUN_JSC_TERM_GRACE")
         side.decide("grace before SIGKILL", f"{settings.term_grace:g} s", "TORCHRUN_JSC_TERM_GRACE")
-    node = _node(request, facts, is_host, fixing)
-    _peer_watch(side, request, node, fixing)
-    if _recovery(side, request, node, fixing):
-        _failover(side, request, node, facts, address)
+    watch_at = len(side.patches)
+    config = _peer_watch(side, request, _this_node(request, facts, is_host, fixing), fixing)
+    config = _recovery(side, request, config, fixing)
+    if config.recovery:
+        config = _failover(side, request, config, facts, address)
+    scope = "the whole job" if fixing else "this node (no shared rendezvous store)"
     if settings.failure_report:
-        scope = "the whole job" if fixing else "this node (no shared rendezvous store)"
-        side.patch(params.FailureReport(node=node), f"the first failure of {scope}")
+        config = config._replace(report=True)
         side.decide("failure report", "on", f"last line names the first failure of {scope}")
         side.patch(params.StopSignal(), "one line instead of torch's traceback")
         side.decide(
@@ -110,7 +109,19 @@ def plan_agent_side(
         )
     else:
         side.decide("failure report", "off", "TORCHRUN_JSC_FAILURE_REPORT=0")
-    _requeue(side, request, node, forward)
+    requeue = _requeue(side, request, forward)
+    timeout = config.peer_timeout
+    parts = [
+        what
+        for what, on in (
+            (f"heartbeats; a node quiet for {timeout:g} s is lost", config.watching_peers),
+            (f"the first failure of {scope}", config.report),
+            ("the requeue's view of the job", requeue),
+        )
+        if on
+    ]
+    if parts:
+        side.patch(params.JobWatch(config=config), "; ".join(parts), at=watch_at)
     waits = fixing and is_host is False and (request.handover is not None or settings.wait_for_host)
     _store_answer(side, request, waits)
     if fixing:
@@ -158,14 +169,15 @@ def _signals(request: Request, side: Collector) -> Tuple[str, ...]:
     return forward
 
 
-def _node(request: Request, facts: NodeFacts, is_host: Optional[bool], fixing: bool) -> Node:
+def _this_node(request: Request, facts: NodeFacts, is_host: Optional[bool], fixing: bool) -> Config:
+    """The job watch's settings that say who this node is (nothing switched on yet)."""
     options, endpoint = request.options, request.endpoint
     assert options is not None
-    node = Node(
+    config = Config(
         hostname=facts.hostname, node_rank=request.node_rank, grace=request.settings.term_grace
     )
     if fixing and endpoint is not None:
-        node = node._replace(
+        config = config._replace(
             is_host=is_host,
             endpoint=endpoint.text,
             store_host=endpoint.host,
@@ -174,18 +186,19 @@ def _node(request: Request, facts: NodeFacts, is_host: Optional[bool], fixing: b
             elastic=options.min_nodes < options.max_nodes,
             max_nodes=options.max_nodes,
         )
-    return node
+    return config
 
 
-def _peer_watch(side: Collector, request: Request, node: Node, fixing: bool) -> None:
+def _peer_watch(side: Collector, request: Request, config: Config, fixing: bool) -> Config:
+    """``config`` with heartbeats on, when there are peers to watch."""
     timeout = request.settings.peer_timeout
     if timeout <= 0:
         side.decide("lost nodes", "not watched", "TORCHRUN_JSC_PEER_TIMEOUT=0")
-        return
+        return config
     if not fixing:
         side.decide("lost nodes", "not watched", "no multi-node c10d rendezvous to watch through")
-        return
-    is_host = node.is_host
+        return config
+    is_host = config.is_host
     role = (
         "watches every node"
         if is_host is True
@@ -193,35 +206,29 @@ def _peer_watch(side: Collector, request: Request, node: Node, fixing: bool) -> 
         if is_host is False
         else "is watched by group rank 0"
     )
-    side.patch(
-        params.PeerWatch(timeout=timeout, node=node),
-        f"heartbeats; a node quiet for {timeout:g} s is lost",
-    )
     side.decide(
         "lost nodes", f"after {timeout:g} s", f"heartbeats through the store; this node {role}"
     )
+    return config._replace(peer_timeout=timeout)
 
 
-def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> bool:
-    """Whether a lost node restarts the job without it."""
+def _recovery(side: Collector, request: Request, config: Config, fixing: bool) -> Config:
+    """``config`` with recovery on, when a lost node restarts the job without it."""
     options = request.options
     assert options is not None
     restarts = options.max_restarts
-    if not (fixing and request.settings.peer_timeout > 0):
-        return False  # no lost node is ever named: nothing to go on from
+    if not (fixing and config.watching_peers):
+        return config  # no lost node is ever named: nothing to go on from
     if not request.settings.recovery:
         side.decide("after a lost node", "the job stops", "TORCHRUN_JSC_RECOVERY=0")
-        return False
+        return config
     if restarts == 0:
         side.decide("after a lost node", "the job stops", "--max_restarts=0")
-        return False
+        return config
     low, high = options.min_nodes, options.max_nodes
-    side.patch(
-        params.Recovery(node=node, min_nodes=low, max_restarts=restarts),
-        f"up to {restarts} restarts without a lost node",
-    )
-    wait = request.settings.peer_timeout
-    if node.is_host is None:
+    side.patch(params.Recovery(), f"up to {restarts} restarts without a lost node")
+    wait = config.peer_timeout
+    if config.is_host is None:
         side.decide(
             "the rendezvous host's place",
             "not kept",
@@ -229,7 +236,7 @@ def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> bo
         )
     else:
         side.patch(
-            params.HostInRound(wait=wait),
+            params.HostInRound(),
             f"the others keep the rendezvous host's place in every round (up to {wait:g} s)",
         )
     smaller = f", or on fewer nodes down to {low}" if low < high else ""
@@ -246,35 +253,33 @@ def _recovery(side: Collector, request: Request, node: Node, fixing: bool) -> bo
         f"agents beyond {high} nodes{here}",
         "they wait in the rendezvous, take a lost node's place, and end with the job",
     )
-    return True
+    return config._replace(recovery=True, min_nodes=low, max_restarts=restarts)
 
 
 def _failover(
-    side: Collector, request: Request, node: Node, facts: NodeFacts, address: Optional[str]
-) -> None:
+    side: Collector, request: Request, config: Config, facts: NodeFacts, address: Optional[str]
+) -> Config:
+    """``config`` with failover on, when the next live node hosts after a lost host."""
     settings = request.settings
     if not settings.failover:
         side.decide("rendezvous host lost", "the job stops", "TORCHRUN_JSC_FAILOVER=0")
-        return
+        return config
     if request.is_host is not None:
         side.decide(
             "rendezvous host lost",
             "the job stops",
             "is_host is given in --rdzv_conf: no other node could be made the host",
         )
-        return
-    wait = failover_wait(settings.peer_timeout, node.term_grace())
-    side.patch(
-        params.Failover(
-            node=node,
-            wait=wait,
-            host_addresses=facts.endpoint_addresses,
-            host_rank=settings.host_node_rank if request.node_rank is not None else None,
-            address=address,
-            previous=request.handover,
-        ),
-        "the next live node in node-rank order hosts the next round",
+        return config
+    config = config._replace(
+        failover=True,
+        host_node_rank=settings.host_node_rank if request.node_rank is not None else None,
+        host_addresses=tuple(facts.endpoint_addresses),
+        address=address,
+        previous=request.handover,
     )
+    wait = config.failover_wait
+    side.patch(params.Failover(), "the next live node in node-rank order hosts the next round")
     side.decide(
         "rendezvous host lost",
         "the next live node hosts",
@@ -283,19 +288,15 @@ def _failover(
         f" has {wait:g} s to serve, else it is lost too and the job stops (in a process started"
         " by the torchrun_jsc command, which can start itself again)",
     )
+    return config
 
 
-def failover_wait(peer_timeout: float, grace: float) -> float:
-    """How long the nodes wait for the next host after a handover: its own detection of the
-    loss (the peer timeout), its workers' end (the grace) and its agent's new start."""
-    return peer_timeout + grace + HANDOVER_START
-
-
-def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, ...]) -> None:
+def _requeue(side: Collector, request: Request, forward: Tuple[str, ...]) -> bool:
+    """Whether the job is requeued after the warning signal and after a failure."""
     settings, step = request.settings, request.slurm
     if not settings.requeue:
         side.decide("requeue", "off", "TORCHRUN_JSC_REQUEUE=0")
-        return
+        return False
     assert step is not None and step.job_id is not None  # Settings refuses it otherwise
     budget = Budget(
         job=step.job_id,
@@ -309,7 +310,7 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
         host=_host_name(step, settings.host_node_rank),
         lost_before=_lost_before(step, request),
     )
-    side.patch(params.Requeue(node=node, budget=budget), f"job {budget.job} back into the queue")
+    side.patch(params.Requeue(budget=budget), f"job {budget.job} back into the queue")
     signal = budget.signal
     reach = (
         "passed on to the workers unless they got it"
@@ -347,6 +348,7 @@ def _requeue(side: Collector, request: Request, node: Node, forward: Tuple[str, 
         "no exit code" if code is None else f"a worker's exit code {code}",
         "TORCHRUN_JSC_REQUEUE_STOP_CODE: the script ends the chain of requeues",
     )
+    return True
 
 
 def _lost_before(step: SlurmStep, request: Request) -> Tuple[str, ...]:

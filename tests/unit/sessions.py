@@ -9,8 +9,9 @@ from typing import Any, List
 import pytest
 
 from torchrun_jsc.runtime.records.report import Record
-from torchrun_jsc.runtime.session.adapter import Node, Session
+from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.store.protocol import JobProtocol
+from torchrun_jsc.runtime.watch.vocabulary import Config
 
 from .fakestore import FakeStore
 
@@ -22,11 +23,17 @@ def rec(kind: str, host: str, t: float, **kw: Any) -> Record:
     return Record(kind=kind, hostname=host, time=NOON + t, **kw)
 
 
-def new_session(node_rank: int = 0, peer_timeout: float = 0.0, **node: Any) -> Session:
+def new_session(node_rank: int = 0, peer_timeout: float = 0.0, **config: Any) -> Session:
     """The session of node ``node_rank`` (hostname ``node<rank>``), the failure report on."""
-    session = Session(node=Node(hostname=f"node{node_rank}", node_rank=node_rank, **node))
-    session.configure(session.node, peer_timeout=peer_timeout, report=True)  # type: ignore[arg-type]
-    return session
+    return Session(
+        Config(
+            hostname=f"node{node_rank}",
+            node_rank=node_rank,
+            peer_timeout=peer_timeout,
+            report=True,
+            **config,
+        )
+    )
 
 
 def with_store(session: Session) -> FakeStore:

@@ -14,8 +14,7 @@ from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.handover import Candidate, Handover
 from torchrun_jsc.patches.rank_order import encode as rank_id
 from torchrun_jsc.runtime.failover import relaunch
-from torchrun_jsc.runtime.node import Node
-from torchrun_jsc.runtime.session.adapter import Failover, Session
+from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.watch.machine import decide
 from torchrun_jsc.runtime.watch.vocabulary import (
     Action,
@@ -138,7 +137,7 @@ FAILOVER = RECOVER._replace(
     failover=True,
     store_port=29500,
     host_node_rank=0,
-    failover_wait=150.0,
+    host_addresses=(ib(0),),
 )
 NEXT = handover.order(MEMBERS, (ib(0),))
 TRAINING = State(phase=Phase.TRAINING, next_hosts=NEXT, round_size=4)
@@ -322,15 +321,22 @@ def test_the_published_address_replaces_the_keys_unless_a_newer_round_came() -> 
 
 
 def failover_session(members: List[str]) -> Tuple[Session, FakeStore]:
-    session = Session(node=Node(hostname="node2", node_rank=2, store_port=29500))
-    session.configure(
-        session.node,  # type: ignore[arg-type]
-        peer_timeout=10.0,
-        recovery=(4, 3),
-        failover=Failover(150.0, (ib(0),), 0, ib(2), None),
+    session = Session(
+        Config(
+            hostname="node2",
+            node_rank=2,
+            store_port=29500,
+            peer_timeout=10.0,
+            recovery=True,
+            min_nodes=4,
+            max_restarts=3,
+            failover=True,  # started by the command
+            host_node_rank=0,
+            host_addresses=(ib(0),),
+            address=ib(2),
+        )
     )
     store = with_store(session)
-    session.config = session.config._replace(failover=True)  # started by the command
     session.members = members
     return session, store
 

@@ -13,12 +13,11 @@ import pytest
 from tests.unit.fakestore import FakeStore
 from torchrun_jsc import patches
 from torchrun_jsc.patches import params
-from torchrun_jsc.runtime.node import Node
+from torchrun_jsc.runtime import agent
 from torchrun_jsc.runtime.recovery.host_place import Place, gave_up_line, place
-from torchrun_jsc.runtime.session import adapter as session
 from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.store.protocol import JobProtocol
-from torchrun_jsc.runtime.watch.vocabulary import Phase
+from torchrun_jsc.runtime.watch.vocabulary import Config, Phase
 
 JOIN, HOLD, GIVE_UP = Place.JOIN, Place.HOLD, Place.GIVE_UP
 
@@ -70,9 +69,10 @@ def test_the_line_of_a_node_that_gave_up_names_the_bound_and_the_cost() -> None:
 
 
 def _session(store: FakeStore, is_host: Optional[bool], recovery: bool = True) -> Session:
-    node = Node(hostname="node1", node_rank=1, is_host=is_host, run_id="r")
-    s = Session(node=node)
-    s.configure(node, peer_timeout=10.0, recovery=(3, 3) if recovery else None)
+    config = Config(hostname="node1", node_rank=1, is_host=is_host, run_id="r", peer_timeout=10.0)
+    if recovery:
+        config = config._replace(recovery=True, min_nodes=3, max_restarts=3)
+    s = Session(config)
     s.protocol = JobProtocol(store)
     return s
 
@@ -132,10 +132,12 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[List[str]]:
         "__call__",
         lambda self, ctx, deadline: _Action.ADD_TO_PARTICIPANTS,
     )
-    monkeypatch.setattr(session.SESSION, "host_member", lambda: host[0] if host else None)
-    assert patches.install(params.HostInRound(wait=0.3)) is None
+    watch = agent.runtime().watch(Config(hostname="node1", is_host=False, peer_timeout=0.3))
+    monkeypatch.setattr(watch, "host_member", lambda: host[0] if host else None)
+    assert patches.install(params.HostInRound()) is None
     yield host
     patches.restore_all()
+    agent.forget()
 
 
 def _ctx(me: str, members: List[str], min_nodes: int = 3) -> Any:
@@ -173,5 +175,5 @@ def test_the_patched_join_leaves_the_host_and_other_actions_alone(
     monkeypatch.setattr(
         dynamic_rendezvous._RendezvousJoinOp, "__call__", lambda self, ctx, deadline: _Action.FINISH
     )
-    assert patches.install(params.HostInRound(wait=0.3)) is None
+    assert patches.install(params.HostInRound()) is None
     assert op(_ctx("c", ["a", "b"]), 1e9) == _Action.FINISH

@@ -8,9 +8,9 @@ import pytest
 
 from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.handover import VARIABLE, Handover, encode
-from torchrun_jsc.lifecycle import HANDOVER_START
 from torchrun_jsc.plan import Plan
-from torchrun_jsc.runtime.node import Node
+from torchrun_jsc.runtime.timing import HANDOVER_START
+from torchrun_jsc.runtime.watch.vocabulary import Config
 
 from .layouts import ib, node
 from .planning import plan
@@ -22,6 +22,12 @@ STANDALONE = ["--standalone", "--nproc_per_node=2"]
 
 def patches(p: Plan) -> Dict[str, Dict[str, object]]:
     return {s.name: s.data for s in p.patches}
+
+
+def watch(p: Plan) -> Dict[str, Any]:
+    """The job watch's settings the plan built (the ``job_watch`` patch's)."""
+    config: Dict[str, Any] = patches(p)["job_watch"]["config"]  # type: ignore[assignment]
+    return config
 
 
 def decision(p: Plan, topic: str) -> str:
@@ -39,13 +45,15 @@ def test_every_launch_gets_orphan_guard_signals_and_the_failure_report() -> None
     found = patches(p)
     assert found["worker_start"] == {"kill_orphans": True, "new_session": False}
     assert found["forward_signals"] == {"signals": ["SIGUSR1", "SIGUSR2"]}
-    assert found["failure_report"] == {"node": Node(hostname="node0")._asdict()}
-    assert "peer_watch" not in found and "rank_order" not in found
+    config = {**Config()._asdict(), "hostname": "node0", "report": True, "host_addresses": []}
+    assert watch(p) == config  # this node's first failure; no store, no heartbeats
+    assert "rank_order" not in found
     assert decision(p, "lost nodes").startswith("not watched (no multi-node c10d")
 
 
 NODE1 = {
-    **Node(hostname="")._asdict(),
+    **Config()._asdict(),
+    "host_addresses": [],
     "hostname": "node1",
     "node_rank": 1,
     "grace": None,
@@ -61,9 +69,7 @@ NODE1 = {
 
 def test_a_multi_node_launch_is_watched_through_its_store() -> None:
     found = patches(multi(1))
-    node_params = NODE1
-    assert found["peer_watch"] == {"timeout": 60.0, "node": node_params}
-    assert found["failure_report"] == {"node": node_params}
+    assert found["job_watch"] == {"config": {**NODE1, "peer_timeout": 60.0, "report": True}}
     assert found["rank_order"] == {"node_rank": 1}
     assert found["wait_for_host"] == {
         "endpoint": "node0i:29500",
@@ -75,7 +81,7 @@ def test_a_multi_node_launch_is_watched_through_its_store() -> None:
 def test_the_host_watches() -> None:
     p = multi(0)
     host = {**NODE1, "hostname": "node0", "node_rank": 0, "is_host": True}
-    assert patches(p)["peer_watch"]["node"] == host
+    assert watch(p) == {**host, "peer_timeout": 60.0, "report": True}
     assert "this node watches every node" in decision(p, "lost nodes")
     assert "wait_for_host" not in patches(p)
 
@@ -83,13 +89,6 @@ def test_the_host_watches() -> None:
 @pytest.mark.parametrize(
     ("env", "absent", "topic", "words"),
     [
-        (
-            {"TORCHRUN_JSC_PEER_TIMEOUT": "0"},
-            "peer_watch",
-            "lost nodes",
-            "TORCHRUN_JSC_PEER_TIMEOUT=0",
-        ),
-        ({"TORCHRUN_JSC_FAILURE_REPORT": "0"}, "failure_report", "failure report", "=0"),
         (
             {"TORCHRUN_JSC_KILL_ORPHANS": "0", "TORCHRUN_JSC_FORWARD_SIGNALS": "none"},
             "worker_start",
@@ -100,7 +99,7 @@ def test_the_host_watches() -> None:
         ({"TORCHRUN_JSC_WAIT_FOR_HOST": "0"}, "wait_for_host", "waiting for the host", "=0"),
         ({"TORCHRUN_JSC_RANK_ORDER": "torch"}, "rank_order", "rank order", "RANK_ORDER=torch"),
     ],
-    ids=["peer-timeout", "report", "orphans", "signals", "wait", "rank-order"],
+    ids=["orphans", "signals", "wait", "rank-order"],
 )
 def test_each_mechanism_has_its_switch(
     env: Dict[str, str], absent: str, topic: str, words: str
@@ -110,8 +109,29 @@ def test_each_mechanism_has_its_switch(
     assert words in decision(p, topic)
 
 
+@pytest.mark.parametrize(
+    ("env", "part", "topic", "words"),
+    [
+        ({"TORCHRUN_JSC_PEER_TIMEOUT": "0"}, "peer_timeout", "lost nodes", "PEER_TIMEOUT=0"),
+        ({"TORCHRUN_JSC_FAILURE_REPORT": "0"}, "report", "failure report", "=0"),
+    ],
+    ids=["peer-timeout", "report"],
+)
+def test_each_part_of_the_job_watch_has_its_switch(
+    env: Dict[str, str], part: str, topic: str, words: str
+) -> None:
+    p = multi(1, env)
+    assert watch(multi(1))[part] and not watch(p)[part]
+    assert words in decision(p, topic)
+
+
+def test_the_job_watch_is_not_installed_with_every_part_off() -> None:
+    off = {"TORCHRUN_JSC_PEER_TIMEOUT": "0", "TORCHRUN_JSC_FAILURE_REPORT": "0"}
+    assert "job_watch" not in patches(multi(1, off))
+
+
 def test_peer_timeout_sets_the_watch() -> None:
-    assert patches(multi(1, TORCHRUN_JSC_PEER_TIMEOUT="25"))["peer_watch"]["timeout"] == 25.0
+    assert watch(multi(1, TORCHRUN_JSC_PEER_TIMEOUT="25"))["peer_timeout"] == 25.0
 
 
 def test_torch_before_2_2_gets_workers_in_their_own_session() -> None:
@@ -133,7 +153,7 @@ def test_term_grace_is_a_patch_only_when_set() -> None:
     assert "term_grace" not in patches(multi(1))
     p = multi(1, TORCHRUN_JSC_TERM_GRACE="7")
     assert patches(p)["term_grace"] == {"seconds": 7.0}
-    assert patches(p)["peer_watch"]["node"]["grace"] == 7.0
+    assert watch(p)["grace"] == 7.0
 
 
 def test_not_on_linux_no_worker_guard_and_no_signals() -> None:
@@ -146,7 +166,7 @@ def test_not_on_linux_no_worker_guard_and_no_signals() -> None:
 def test_elastic_launch_is_marked() -> None:
     argv = ["--nnodes=2:4", *MULTI[1:], *SCRIPT]
     p = plan(argv, {"SLURM_NODEID": "1"}, "2.13.0", node(1))
-    assert patches(p)["peer_watch"]["node"]["elastic"] is True
+    assert watch(p)["elastic"] is True
     assert decision(p, "rank order").startswith("node rank (of the nodes present)")
 
 
@@ -222,30 +242,33 @@ def recovering(
 def test_restarts_switch_recovery_on_with_the_minimum_and_the_budget() -> None:
     p = recovering(3, nnodes="3:4")
     found = patches(p)
-    assert found["recovery"] == {
-        "node": {**NODE1, "elastic": True},
+    assert found["recovery"] == {} and found["failover"] == {}
+    assert watch(p) == {
+        **NODE1,
+        "elastic": True,
+        "peer_timeout": 60.0,
+        "report": True,
+        "recovery": True,
         "min_nodes": 3,
         "max_restarts": 3,
+        "failover": True,
+        "host_node_rank": 0,
+        "host_addresses": [ib(0)],
+        "address": ib(1),
+        "previous": None,
     }
     assert decision(p, "after a lost node").startswith("restart without it (up to 3 times)")
     assert "or on fewer nodes down to 3" in decision(p, "after a lost node")
     assert decision(p, "rendezvous host lost").startswith("the next live node hosts")
-    assert found["failover"] == {
-        "node": {**NODE1, "elastic": True},
-        "wait": 60.0 + 30.0 + HANDOVER_START,
-        "host_addresses": [ib(0)],
-        "host_rank": 0,
-        "address": ib(1),
-        "previous": None,
-    }
+    wait = 60.0 + 30.0 + HANDOVER_START
+    assert f"that node has {wait:g} s to serve" in decision(p, "rendezvous host lost")
     assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1") in p.env
 
 
 def test_the_others_keep_the_hosts_place_only_where_they_know_the_host() -> None:
-    assert patches(recovering(3))["host_in_round"] == {"wait": 60.0}
-    assert patches(recovering(3, {"TORCHRUN_JSC_PEER_TIMEOUT": "15"}))["host_in_round"] == {
-        "wait": 15.0
-    }
+    assert patches(recovering(3))["host_in_round"] == {}  # up to the watch's peer timeout
+    shorter = recovering(3, {"TORCHRUN_JSC_PEER_TIMEOUT": "15"})
+    assert "(up to 15 s)" in next(s.reason for s in shorter.patches if s.name == "host_in_round")
     assert "host_in_round" not in patches(recovering(0))
     argv = ["--nnodes=4", *MULTI[1:], "--max_restarts=3", *SCRIPT]
     guessed = plan(argv, {"TORCHRUN_JSC_HOST_BY_ADDRESS": "0"}, "2.13.0", node(1))
@@ -303,7 +326,9 @@ def test_after_a_handover_a_requeue_leaves_the_lost_nodes_out(
 
 def test_the_failover_wait_counts_the_grace_the_user_gave() -> None:
     p = recovering(3, {"TORCHRUN_JSC_TERM_GRACE": "5", "TORCHRUN_JSC_PEER_TIMEOUT": "10"})
-    assert patches(p)["failover"]["wait"] == 10.0 + 5.0 + HANDOVER_START
+    config = Config(**{k: v for k, v in watch(p).items() if k != "host_addresses"})
+    assert config.failover_wait == 10.0 + 5.0 + HANDOVER_START
+    assert "that node has 75 s to serve" in decision(p, "rendezvous host lost")
 
 
 def handed(rank: Optional[int], endpoint: str = "10.78.0.11:29500", spare: bool = False) -> str:
@@ -329,7 +354,7 @@ def test_after_a_handover_the_next_host_is_elected_by_its_node_rank(me: int, hos
     assert p.argv.index("--rdzv_endpoint=10.78.0.11:29500") > p.argv.index(MULTI[3])
     assert decision(p, "is_host").startswith(f"{int(hosts)} (node rank {me}")
     assert decision(p, "rendezvous handed over").startswith("node rank 1 at 10.78.0.11:29500")
-    assert patches(p)["failover"]["previous"]["restart"] == 1
+    assert watch(p)["previous"]["restart"] == 1
     if hosts:
         assert "join_timeout=100" in next(a for a in p.added_args if a.startswith("--rdzv_conf"))
         assert "wait_for_host" not in patches(p)
@@ -352,7 +377,7 @@ def test_after_a_handover_the_round_needs_a_majority_of_the_last(
     assert f"--nnodes={wanted}" in p.added_args
     if wanted != nnodes:  # the added one comes after the user's, so torch's parser takes it
         assert p.argv.index(f"--nnodes={wanted}") > p.argv.index(f"--nnodes={nnodes}")
-    assert patches(p)["recovery"]["min_nodes"] == int(wanted.split(":")[0])
+    assert watch(p)["min_nodes"] == int(wanted.split(":")[0])
 
 
 def test_after_a_handover_without_node_ranks_in_the_keys_the_host_is_found_by_address() -> None:
@@ -449,7 +474,8 @@ def test_the_requeue_gets_the_job_its_count_and_its_settings() -> None:
         "lost_before": (),
         "stop_code": 99,
     }
-    assert patches(p)["requeue"] == {"node": {**NODE1}, "budget": budget}
+    assert patches(p)["requeue"] == {"budget": budget}
+    assert watch(p) == {**NODE1, "peer_timeout": 60.0, "report": True}
     assert decision(p, "requeue after SIGUSR2").startswith(
         "the workers have 90 s to save and end (passed on to the workers unless they got it;"
         " then one node requeues job 12"
@@ -544,3 +570,13 @@ def test_store_answer_leaves_the_calls_told_is_host_0_to_wait_for_host(
         assert guarded == [("node0i:29500", 7, 600)]
     finally:
         patching.restore_all()
+
+
+def test_the_requeue_alone_keeps_the_job_watch_it_is_part_of() -> None:
+    """The requeue reads the job through the watch (its store, its members, who serves): with
+    heartbeats and the report off, the watch is still installed, and first."""
+    off = {"TORCHRUN_JSC_PEER_TIMEOUT": "0", "TORCHRUN_JSC_FAILURE_REPORT": "0"}
+    p = multi(1, {**STEP, "TORCHRUN_JSC_REQUEUE": "1", **off})
+    assert watch(p) == NODE1  # neither heartbeats nor the report
+    names = [s.name for s in p.patches]
+    assert names.index("job_watch") < names.index("requeue")

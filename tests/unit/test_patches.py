@@ -463,23 +463,31 @@ def test_worker_start_new_session_only_for_the_known_popen_of_torch_before_2_2(
     assert reason is not None and "expected subprocess, Popen, _stdout, _stderr" in reason
 
 
-def test_the_agent_side_patches_configure_the_same_in_every_order() -> None:
-    """Installed in any order, the agent-side patches leave the same job watch (before, the
-    peer timeout reached the store connection only when peer_watch came first)."""
+def test_the_agent_side_patches_leave_the_planned_job_watch_in_every_order() -> None:
+    """Installed in any order, the agent-side patches leave one job watch with the settings the
+    plan built (once, the peer timeout reached the store connection only when one patch came
+    first)."""
     import itertools
 
-    from torchrun_jsc.runtime.node import Node
-    from torchrun_jsc.runtime.session import adapter as session
+    from torchrun_jsc.runtime import agent
+    from torchrun_jsc.runtime.watch.vocabulary import Config
 
-    node = Node(hostname="node1", node_rank=1, store_host="node0i", store_port=29500, run_id="9")
+    config = Config(
+        hostname="node1",
+        node_rank=1,
+        store_host="node0i",
+        store_port=29500,
+        run_id="9",
+        peer_timeout=12.0,
+        report=True,
+    )
     specs = [
         # forward_signals starts a probe process at each install: left out (it does not
         # touch the job watch)
         params.WorkerStart(kill_orphans=False, new_session=False),
         params.StopSignal(),
         params.TermGrace(seconds=4.0),
-        params.PeerWatch(timeout=12.0, node=node),
-        params.FailureReport(node=node),
+        params.JobWatch(config=config),
         params.WaitForHost(endpoint="node0i:29500", wait=60.0),
         params.RankOrder(node_rank=1),
     ]
@@ -488,13 +496,13 @@ def test_the_agent_side_patches_configure_the_same_in_every_order() -> None:
         for order in itertools.permutations(specs):
             for spec in order:
                 assert patches.install(spec) is None, spec
-            watch = session.SESSION
+            watch = agent.runtime().session
+            assert watch is not None
             protocol = watch._connect()
             assert protocol is not None
-            seen.add((watch.node, watch.config, protocol.store.timeout))  # type: ignore[attr-defined]
+            seen.add((watch.config, protocol.store.timeout))  # type: ignore[attr-defined]
             patches.restore_all()
+            assert agent.runtime().session is None  # restore_all dropped it
     finally:
         patches.restore_all()
-    [(found_node, config, timeout)] = seen
-    assert found_node == node and timeout == 12.0
-    assert config.peer_timeout == 12.0 and config.report and config.hostname == "node1"
+    assert seen == {(config, 12.0)}

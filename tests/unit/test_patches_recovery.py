@@ -11,8 +11,8 @@ import pytest
 
 from torchrun_jsc import patches
 from torchrun_jsc.patches import params
-from torchrun_jsc.runtime.node import Node
-from torchrun_jsc.runtime.session import adapter as session
+from torchrun_jsc.runtime import agent
+from torchrun_jsc.runtime.watch.vocabulary import Config
 
 pytest.importorskip("torch")
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous
@@ -60,11 +60,23 @@ def test_a_node_that_is_out_does_not_close_the_rendezvous(
     monkeypatch.setattr(
         dynamic_rendezvous.DynamicRendezvousHandler, "shutdown", lambda self: closed.append("x")
     )
-    node = Node(hostname="node1", node_rank=1, store_host="h", store_port=1, run_id="r")
-    assert patches.install(params.Recovery(node=node, min_nodes=3, max_restarts=2)) is None
+    config = Config(
+        hostname="node1",
+        node_rank=1,
+        store_host="h",
+        store_port=1,
+        run_id="r",
+        peer_timeout=10.0,
+        recovery=True,
+        min_nodes=3,
+        max_restarts=2,
+    )
+    assert patches.install(params.JobWatch(config=config)) is None
+    assert patches.install(params.Recovery()) is None
     handler: Any = object.__new__(dynamic_rendezvous.DynamicRendezvousHandler)
     handler.shutdown()
     assert closed == ["x"]
-    session.SESSION.state = session.SESSION.state._replace(out=True)
+    session = agent.runtime().session
+    assert session is not None and session.config == config
+    session.state = session.state._replace(out=True)
     assert handler.shutdown() is False and closed == ["x"]
-    assert session.SESSION.config.recovery and session.SESSION.config.max_restarts == 2

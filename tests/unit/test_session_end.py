@@ -13,13 +13,12 @@ from tests.unit.fakestore import FakeStore
 from torchrun_jsc.runtime import timing
 from torchrun_jsc.runtime.processes import workers
 from torchrun_jsc.runtime.records.report import FAILED, LOST
-from torchrun_jsc.runtime.requeue import sequence as requeuing
 from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.session.threads import Heartbeats, Round
 from torchrun_jsc.runtime.signals import signalled
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.heartbeats import Tracker
-from torchrun_jsc.runtime.watch.vocabulary import Member, Phase, State, WorkersEnded
+from torchrun_jsc.runtime.watch.vocabulary import Config, Member, Phase, State, WorkersEnded
 
 from .sessions import err_lines, new_session, rec, with_store
 
@@ -27,7 +26,7 @@ from .sessions import err_lines, new_session, rec, with_store
 
 
 def test_the_end_of_the_process_stops_the_watch_threads() -> None:
-    session = Session()
+    session = Session(Config())
     beats: List[int] = []
 
     def beat() -> None:
@@ -51,7 +50,7 @@ def test_the_end_of_the_process_waits_for_store_calls_in_flight() -> None:
         left.set()
 
     assert bounded(call, 0.01) is None  # gave up waiting; the call goes on
-    Session().at_exit()
+    Session(Config()).at_exit()
     assert left.is_set()
 
 
@@ -344,17 +343,17 @@ def test_the_requeue_after_a_failure_hears_of_the_nodes_that_left_earlier_rounds
     """Their loss wrote no record (the job went on): the session names them to the requeue,
     by their Slurm names; a member that never said who it is has no Slurm name."""
     heard: List[Tuple[object, List[str]]] = []
-    monkeypatch.setattr(
-        requeuing,
-        "after_failure",
-        lambda records, departed, minority: heard.append((records, departed)),
-    )
+
+    class Requeue:
+        def after_failure(self, records: object, departed: List[str], minority: bool) -> None:
+            heard.append((records, departed))
+
     session = new_session(node_rank=0)
+    session.requeue = Requeue()  # type: ignore[assignment]
     left = (Member("node3.cluster", 3), Member("10.0.0.9_7_0"))
     session.state = State(phase=Phase.STOPPING, failed=True, departed=left)
     session.print_last_line()
-    # (an earlier test's stopping thread may end meanwhile: only this session's call counts)
-    assert [d for r, d in heard if r is session.last_line.seen] == [["node3"]]
+    assert heard == [(session.last_line.seen, ["node3"])]
 
 
 def test_a_stop_signal_at_the_end_of_the_process_does_not_cut_the_last_line_short() -> None:

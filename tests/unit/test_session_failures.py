@@ -14,8 +14,9 @@ from torchrun_jsc.runtime import timing
 from torchrun_jsc.runtime.processes import workers
 from torchrun_jsc.runtime.records import failures
 from torchrun_jsc.runtime.records.report import FAILED
-from torchrun_jsc.runtime.session.adapter import Node, Session
-from torchrun_jsc.runtime.watch.vocabulary import Ask, Phase, State, WorkersEnded
+from torchrun_jsc.runtime.session.adapter import Session
+from torchrun_jsc.runtime.timing import STORE_TIMEOUT
+from torchrun_jsc.runtime.watch.vocabulary import Ask, Config, Phase, State, WorkersEnded
 
 from .sessions import NOON, new_session
 
@@ -37,18 +38,24 @@ def _group() -> Any:
 # --------------------------------------------------------------------------- configuration
 
 
-@pytest.mark.parametrize("order", ["peer-first", "report-first"])
-def test_the_store_connection_does_not_depend_on_the_order_of_the_patches(order: str) -> None:
-    """Before, the first patch installed made the store connection with its own timeout: with
-    the failure report first, heartbeats got a 30 s operation timeout instead of the peer's."""
-    node = Node(hostname="node1", node_rank=1, store_host="node0i", store_port=29500, run_id="x")
-    session = Session()
-    parts = [{"peer_timeout": 12.0}, {"report": True}]
-    for part in parts if order == "peer-first" else parts[::-1]:
-        session.configure(node, **part)  # type: ignore[arg-type]
-    assert session.config.peer_timeout == 12.0 and session.config.report
+@pytest.mark.parametrize(("peer_timeout", "seconds"), [(12.0, 12.0), (0.0, STORE_TIMEOUT)])
+def test_the_store_connection_times_out_after_the_peer_timeout(
+    peer_timeout: float, seconds: float
+) -> None:
+    """Heartbeats get the peer timeout as their operation timeout (once they got a 30 s one
+    when the failure report configured the session first); without heartbeats, the store's."""
+    config = Config(
+        hostname="node1",
+        node_rank=1,
+        store_host="node0i",
+        store_port=29500,
+        run_id="x",
+        peer_timeout=peer_timeout,
+        report=True,
+    )
+    session = Session(config)
     protocol = session._connect()
-    assert protocol is not None and protocol.store.timeout == 12.0  # type: ignore[attr-defined]
+    assert protocol is not None and protocol.store.timeout == seconds  # type: ignore[attr-defined]
     session.at_exit()
 
 

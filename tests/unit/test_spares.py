@@ -9,13 +9,13 @@ from types import SimpleNamespace
 from typing import Any, List
 
 from tests.unit.fakestore import FakeStore, protocol
-from torchrun_jsc.runtime.node import Node
 from torchrun_jsc.runtime.recovery.spares import SpareLook
 from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.session.threads import Heartbeats, Round
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.vocabulary import (
     AwaitSpares,
+    Config,
     EndSpare,
     Event,
     Joined,
@@ -180,9 +180,19 @@ def test_members_lost_one_scan_apart_are_counted_together_until_the_next_round()
 
 
 def _session(store: FakeStore, serving: bool) -> Session:
-    node = Node(hostname="node1", node_rank=1, is_host=serving, run_id="r")
-    session = Session(node=node)
-    session.configure(node, peer_timeout=10.0, report=True, recovery=(3, 3))
+    session = Session(
+        Config(
+            hostname="node1",
+            node_rank=1,
+            is_host=serving,
+            run_id="r",
+            peer_timeout=10.0,
+            report=True,
+            recovery=True,
+            min_nodes=3,
+            max_restarts=3,
+        )
+    )
     session.protocol = JobProtocol(store)
     session.ledger.protocol = session.protocol
     return session

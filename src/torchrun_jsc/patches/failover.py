@@ -1,7 +1,7 @@
 """All versions: a lost rendezvous host hands over to the next live node (with recovery).
 
 The job watch declares the host lost after the peer timeout and starts every other agent
-again at the next host (:mod:`torchrun_jsc.handover`, :mod:`torchrun_jsc.runtime.session.adapter`).
+again at the next host (:mod:`torchrun_jsc.handover`, :mod:`torchrun_jsc.runtime.failover`).
 Until then torch must not end the agent: when the host's process is gone, its store's
 connection fails at torch's next look (``num_nodes_waiting`` in the monitor loop, or
 ``next_rendezvous`` at a restart or in a spare's wait) with ``RendezvousConnectionError``, and
@@ -13,11 +13,10 @@ replaced there, any other raises as before.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional, Tuple
+from typing import Any
 
-from ..handover import Handover
-from ..runtime.node import Node
-from ..runtime.session import adapter as session
+from ..runtime import agent
+from ..runtime.session.adapter import LOST_STORE
 from . import _agent_hooks
 from ._common import DYNAMIC_RENDEZVOUS, Check, replace, verified
 
@@ -28,33 +27,24 @@ CHECKS = (
 )
 
 
-def install(
-    node: Node,
-    wait: float,
-    host_addresses: Tuple[str, ...],
-    host_rank: Optional[int],
-    address: Optional[str],
-    previous: Optional[Handover],
-) -> None:
-    """Hand over when the host is lost; hold torch's rendezvous calls until decided."""
-    _agent_hooks.install()
-    _agent_hooks.configure(
-        node,
-        failover=session.Failover(wait, tuple(host_addresses), host_rank, address, previous),
-    )
+def install() -> None:
+    """Hold torch's rendezvous calls until the watch decided whether to hand over (the
+    ``job_watch`` patch's settings say who hosts now and who would next)."""
     found = verified(CHECKS)[len(_agent_hooks.CHECKS) :]
+    runtime = agent.runtime()
     for owner, attr, original in found:
-        replace(owner, attr, _holding(original))
+        replace(owner, attr, _holding(original, runtime))
 
 
-def _holding(original: Any) -> Any:
+def _holding(original: Any, runtime: agent.Runtime) -> Any:
     @functools.wraps(original)
     def _call(self: Any) -> Any:
         try:
             return original(self)
         except Exception as error:
-            if type(error).__name__ == session.LOST_STORE:
-                session.SESSION.hold_for_handover()
+            session = runtime.session
+            if type(error).__name__ == LOST_STORE and session is not None:
+                session.hold_for_handover()
             raise
 
     return _call

@@ -5,7 +5,7 @@ come; whoever comes once the round is full waits as a spare. A rendezvous host t
 (it creates the store before it joins) would wait outside the round it serves, and nobody
 would watch the nodes or tell the spares of the rounds. Here a node that is not the host turns
 its "add me to the participants" into torch's own "look again in a second" while joining would
-bring the round to its quorum without the host, up to ``wait`` seconds and never up to torch's
+bring the round to its quorum without the host, up to the peer timeout and never up to torch's
 own deadline for the join (:mod:`torchrun_jsc.runtime.recovery.host_place` decides). The
 host's member key is in the job watch's store
 (:meth:`torchrun_jsc.runtime.session.adapter.Session.host_member`).
@@ -18,9 +18,9 @@ import time
 from typing import Any
 
 from ..errors import PatchDeclinedError
+from ..runtime import agent
 from ..runtime.processes.output import say
 from ..runtime.recovery import host_place
-from ..runtime.session import adapter as session
 from ..runtime.store.protocol import member_key
 from ._common import DYNAMIC_RENDEZVOUS, Check, find, replace, verified
 
@@ -32,9 +32,10 @@ _SINCE = "_torchrun_jsc_held_since"
 _GAVE_UP = "_torchrun_jsc_gave_up"
 
 
-def install(wait: float) -> None:
+def install() -> None:
     """Hold a node's join back while the round would reach its quorum without the host."""
     ((owner, attr, call),) = verified(CHECKS)
+    runtime = agent.runtime()
     actions = find(DYNAMIC_RENDEZVOUS, "_Action")[2]
     if not all(hasattr(actions, name) for name in _ACTIONS):
         raise PatchDeclinedError(f"{DYNAMIC_RENDEZVOUS}._Action has no {' or '.join(_ACTIONS)}")
@@ -45,12 +46,16 @@ def install(wait: float) -> None:
         action = call(self, ctx, deadline)
         if action != add:
             return action
+        session = runtime.session
+        if session is None:
+            return action
+        wait = session.config.peer_timeout
         members = {member_key(node) for node in ctx.state.participants}
         now = time.monotonic()
         since = getattr(self, _SINCE, now)
         decided = host_place.place(
             member_key(ctx.node),
-            session.SESSION.host_member(),
+            session.host_member(),
             members,
             ctx.settings.min_nodes,
             now - since,

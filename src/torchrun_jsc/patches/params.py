@@ -4,11 +4,11 @@ purpose (no torch, no patch module imported): the plan builds these on every lau
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional, Tuple, Type, Union
+from typing import Dict, NamedTuple, Tuple, Type, Union
 
 from ..handover import Handover
-from ..runtime.node import Node
 from ..runtime.requeue.decision import Budget
+from ..runtime.watch.vocabulary import Config
 
 
 class FqHostname(NamedTuple):
@@ -63,17 +63,11 @@ class TermGrace(NamedTuple):
     seconds: float
 
 
-class PeerWatch(NamedTuple):
-    """``peer_watch``: heartbeats; a member quiet for ``timeout`` seconds is lost."""
+class JobWatch(NamedTuple):
+    """``job_watch``: this agent's job watch with its settings, built once by the plan
+    (heartbeats, the first failure, the other patches' part of the watch)."""
 
-    timeout: float
-    node: Node
-
-
-class FailureReport(NamedTuple):
-    """``failure_report``: every agent ends with the job's first failure."""
-
-    node: Node
+    config: Config
 
 
 class StopSignal(NamedTuple):
@@ -91,39 +85,24 @@ class StoreAnswer(NamedTuple):
 
 class Recovery(NamedTuple):
     """``recovery``: a lost node restarts the job without it (spares, a smaller job) while
-    the ``max_restarts`` last and ``min_nodes`` remain."""
-
-    node: Node
-    min_nodes: int
-    max_restarts: int
+    the job watch's restarts last and its minimum of nodes remains."""
 
 
 class HostInRound(NamedTuple):
     """``host_in_round``: the others keep a place for the rendezvous host in every round, up
-    to ``wait`` seconds."""
-
-    wait: float
+    to the job watch's peer timeout."""
 
 
 class Failover(NamedTuple):
     """``failover``: a lost rendezvous host hands the rendezvous over to the next live node
-    (the store host was node rank ``host_rank``, at ``host_addresses``); the next host has
-    ``wait`` seconds to serve; this node is reached at ``address``; ``previous``: the handover
-    this process continues, if any."""
-
-    node: Node
-    wait: float
-    host_addresses: Tuple[str, ...]
-    host_rank: Optional[int] = None
-    address: Optional[str] = None
-    previous: Optional[Handover] = None
+    (the job watch's settings say who hosts now, how long the next host has and how this node
+    is reached)."""
 
 
 class Requeue(NamedTuple):
     """``requeue``: the job is requeued after Slurm's warning signal and after a failure it
     cannot recover from, within ``budget``."""
 
-    node: Node
     budget: Budget
 
 
@@ -156,8 +135,7 @@ Params = Union[
     WorkerStart,
     ForwardSignals,
     TermGrace,
-    PeerWatch,
-    FailureReport,
+    JobWatch,
     StopSignal,
     StoreAnswer,
     Recovery,
@@ -180,8 +158,7 @@ REGISTRY: Dict[str, Type[Params]] = {
     "worker_start": WorkerStart,
     "forward_signals": ForwardSignals,
     "term_grace": TermGrace,
-    "peer_watch": PeerWatch,
-    "failure_report": FailureReport,
+    "job_watch": JobWatch,
     "stop_signal": StopSignal,
     "store_answer": StoreAnswer,
     "recovery": Recovery,
@@ -199,8 +176,7 @@ AGENT_SIDE = (
     "worker_start",
     "forward_signals",
     "term_grace",
-    "peer_watch",
-    "failure_report",
+    "job_watch",
     "stop_signal",
     "store_answer",
     "recovery",
@@ -243,7 +219,21 @@ def as_data(params: Params) -> Dict[str, object]:
     """``params`` as plain data (the node as a dict, sequences as lists), for explain."""
     data: Dict[str, object] = {}
     for key, value in params._asdict().items():
-        if isinstance(value, (Node, Budget, Handover)):
+        if isinstance(value, Config):
+            value = _config_data(value)
+        elif isinstance(value, (Budget, Handover)):
+            value = value._asdict()
+        elif isinstance(value, tuple):
+            value = list(value)
+        data[key] = value
+    return data
+
+
+def _config_data(config: Config) -> Dict[str, object]:
+    """The job watch's settings as plain data (the handover as a dict, addresses as a list)."""
+    data: Dict[str, object] = {}
+    for key, value in config._asdict().items():
+        if isinstance(value, Handover):
             value = value._asdict()
         elif isinstance(value, tuple):
             value = list(value)

@@ -1,7 +1,8 @@
 """All versions: going on after a lost node (``--max_restarts`` > 0). The job watch restarts
 the job without a lost member while restarts are left and the live members and the waiting
 spares make up ``--nnodes``' minimum; agents beyond the maximum wait as spares and end with the
-job; every restart is said once on every node (:mod:`torchrun_jsc.runtime.session.adapter`).
+job; every restart is said once on every node (:mod:`torchrun_jsc.runtime.session`; its
+settings are the ``job_watch`` patch's).
 
 torch's ``launch_agent`` closes the rendezvous whenever an agent ends, for every node: a node
 that is out of the job (it was frozen and thawed, or cut off from the store) must not end the
@@ -12,8 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..runtime.node import Node
-from ..runtime.session import adapter as session
+from ..runtime import agent
 from . import _agent_hooks
 from ._common import DYNAMIC_RENDEZVOUS, Check, replace, verified
 
@@ -23,15 +23,15 @@ CHECKS = (
 )
 
 
-def install(node: Node, min_nodes: int, max_restarts: int) -> None:
-    """Go on after a lost node; keep the rendezvous open when this node is out."""
-    _agent_hooks.install()
-    _agent_hooks.configure(node, recovery=(min_nodes, max_restarts))
+def install() -> None:
+    """Keep the rendezvous open when this node is out of the job."""
     owner, attr, shutdown = verified(CHECKS)[-1]
+    runtime = agent.runtime()
 
     @functools.wraps(shutdown)
     def _shutdown(self: Any) -> Any:
-        if not session.SESSION.may_close():
+        session = runtime.session
+        if session is not None and not session.may_close():
             return False  # torch's own answer for a close that did not happen
         return shutdown(self)
 

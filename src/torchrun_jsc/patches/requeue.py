@@ -10,27 +10,27 @@ ending the workers."""
 from __future__ import annotations
 
 import signal
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable
 
-from ..runtime.node import Node
-from ..runtime.requeue import sequence as requeuing
+from ..errors import PatchDeclinedError
+from ..runtime import agent
 from ..runtime.requeue.decision import Budget
-from ..runtime.session import adapter as session
-from ..runtime.store.protocol import JobProtocol
-from ..runtime.watch.vocabulary import Event
+from ..runtime.requeue.sequence import Requeuing
+from ..runtime.session.adapter import Session
 from . import _agent_hooks
 from ._common import on_restore, verified
 
 CHECKS = _agent_hooks.CHECKS
 
 
-def install(node: Node, budget: Budget) -> None:
+def install(budget: Budget) -> None:
     """Requeue the job on ``budget.signal`` and after a failure it cannot recover from."""
     verified(CHECKS)
-    _agent_hooks.install()
-    _agent_hooks.configure(node)
-    requeue = requeuing.Requeuing(budget, _Current(), grace=node.term_grace())
-    requeuing.REQUEUE = requeue
+    session = agent.runtime().session
+    if session is None:
+        raise PatchDeclinedError("the job watch it is part of is not installed")
+    requeue = Requeuing(budget, session, grace=session.config.term_grace)
+    session.requeue = requeue
     number = int(getattr(signal, budget.signal))
     before = signal.getsignal(number)
 
@@ -40,31 +40,12 @@ def install(node: Node, budget: Budget) -> None:
             before(signum, frame)
 
     signal.signal(number, handler)
-    on_restore(_undo(number, before))
+    on_restore(_undo(number, before, session))
 
 
-class _Current:
-    """This process's job watch as the requeue sees it (the session of the moment)."""
-
-    @property
-    def protocol(self) -> Optional[JobProtocol]:
-        return session.SESSION.protocol
-
-    @property
-    def members(self) -> List[str]:
-        return list(session.SESSION.members)
-
-    @property
-    def serving(self) -> bool:
-        return session.SESSION.serving
-
-    def post(self, event: Event) -> None:
-        session.SESSION.post(event)
-
-
-def _undo(number: int, before: Any) -> Callable[[], None]:
+def _undo(number: int, before: Any, session: Session) -> Callable[[], None]:
     def undo() -> None:
         signal.signal(number, before)
-        requeuing.REQUEUE = None
+        session.requeue = None
 
     return undo

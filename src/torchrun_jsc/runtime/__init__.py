@@ -11,7 +11,7 @@ docstring says what it holds and what it may import):
 - :mod:`.failover`: the handover to the next rendezvous host, and starting the agent again;
 - :mod:`.session`: the job watch wired into torch (the adapter of torch's hooks, the process's
   end, the heartbeat threads, this node's account of the failures and the last line);
-- beside them, two leaves every room may import: the plan's facts about this node (``node``)
-  and the watch's bounds (``timing``).
+- beside them, a leaf every room may import: the watch's bounds (``timing``);
+- above them all, this process's one runtime object (``agent``), which holds the session.
 
 The patches in :mod:`torchrun_jsc.patches` install them; the plan decides which."""

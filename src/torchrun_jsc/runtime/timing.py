@@ -41,3 +41,5 @@ VANISHED_BEATS = 3.0
 #: vanished: the watcher waits for it to be one or the other, past the settle time (a live
 #: member's counter is seen to move at every read, about one interval apart).
 SUSPECT_BEATS = 1.0
+#: How long an agent that hands over may take to start again and serve.
+HANDOVER_START = 60.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Callable, List, NamedTuple, Optional, Protocol, Tuple
+from typing import Callable, List, Optional, Protocol, Tuple
 
 from ... import handover
 from .. import timing
@@ -18,20 +18,6 @@ from ..store.bounded import bounded
 from ..store.protocol import JobProtocol
 from ..watch.vocabulary import Config, Event, HandOver, LookUpNextHost, NextHosts, Phase, State
 from . import relaunch
-
-
-class Failover(NamedTuple):
-    """What the ``failover`` patch tells the session."""
-
-    #: How long the next host has to serve after a handover.
-    wait: float
-    #: The current rendezvous host: its addresses and node rank (it is no candidate).
-    host_addresses: Tuple[str, ...]
-    host_rank: Optional[int]
-    #: The address this node advertises (it tells the others, should it host next).
-    address: Optional[str]
-    #: The handover this process continues.
-    previous: Optional[handover.Handover]
 
 
 class Watch(Protocol):
@@ -52,26 +38,25 @@ class Watch(Protocol):
 
 
 class Succession:
-    """The failover's part of the job watch: built by the session once the ``failover`` patch
-    switched it on, with the session it reads and the patch's settings."""
+    """The failover's part of the job watch, built by the session with the view it reads (the
+    settings are the watch's config: ``failover`` says whether it is on)."""
 
-    def __init__(self, watch: Watch, failover: Failover) -> None:
+    def __init__(self, watch: Watch) -> None:
         self.watch = watch
-        self.failover = failover
 
     def next_hosts(self, members: List[str]) -> Tuple[handover.Candidate, ...]:
         """Who would host the next round if the host were lost, in order (the first one's own
         address is looked up once the watch holds them: :class:`LookUpNextHost`)."""
-        if not self.watch.config.failover:
+        config = self.watch.config
+        if not config.failover:
             return ()
-        failover = self.failover
-        return handover.order(members, failover.host_addresses, host_rank=failover.host_rank)
+        return handover.order(members, config.host_addresses, host_rank=config.host_node_rank)
 
     def learn_next_host(self, candidates: Tuple[handover.Candidate, ...]) -> None:
         """The address the first candidate published (its key holds torch's name for it,
         the hostname before torch 2.0): looked for until it is there, the peer timeout at
         most; a candidate at the host's own address is left out."""
-        watch, failover = self.watch, self.failover
+        watch = self.watch
         protocol = watch.protocol
         if protocol is None:
             return
@@ -83,7 +68,7 @@ class Succession:
             if who is None or who.address is None:
                 watch.closing.wait(timing.WATCHDOG_EVERY)
                 continue
-            if who.address in failover.host_addresses:
+            if who.address in watch.config.host_addresses:
                 left.pop(0)
                 continue
             left[0] = first._replace(address=who.address)

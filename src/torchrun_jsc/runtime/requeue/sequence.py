@@ -372,21 +372,3 @@ def _poll(look: Callable[[], Optional[T]], seconds: float) -> Optional[T]:
         if found is not None or time.monotonic() >= deadline:
             return found
         time.sleep(POLL_EVERY)
-
-
-#: This agent's requeue, when the plan switched it on.
-REQUEUE: Optional[Requeuing] = None
-
-
-def park() -> None:
-    """torch's monitor: wait while a requeue is pending."""
-    if REQUEUE is not None:
-        REQUEUE.park()
-
-
-def after_failure(
-    records: Sequence[Record], departed: Sequence[str] = (), minority: bool = False
-) -> None:
-    """The job failed: requeue it, when the plan switched the requeue on."""
-    if REQUEUE is not None:
-        REQUEUE.after_failure(records, departed, minority)

@@ -4,9 +4,10 @@ actions it returns go to their owners (:mod:`.ledger` for records and the last l
 :mod:`.threads` for heartbeats, :mod:`..processes.workers` for stopping the workers, this
 module for ending the process).
 
-The ``peer_watch`` and ``failure_report`` patches configure :data:`SESSION` (each switches on
-its part; the order does not matter) and hook torch's agent in two places (both stable in
-torch 1.13-2.15):
+The ``job_watch`` patch makes the session with the settings the plan built
+(:class:`~..watch.vocabulary.Config`), keeps it in this process's runtime
+(:mod:`torchrun_jsc.runtime.agent`) and hooks torch's agent in two places (both stable in torch
+1.13-2.15):
 
 * after ``SimpleElasticAgent._rendezvous``: the round's members (the rendezvous state's
   participants, identified as torch identifies them) and this node's key; the first time, the
@@ -48,15 +49,13 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from ...handover import Candidate
 from .. import timing
-from ..failover import relaunch
-from ..failover.succession import Failover, Succession
-from ..node import Node
+from ..failover.succession import Succession
 from ..processes.end import exit_now
 from ..processes.output import say
 from ..records import failures
 from ..recovery.rounds import Rounds
 from ..recovery.spares import SpareLook
-from ..requeue import sequence as requeuing
+from ..requeue.sequence import Requeuing
 from ..store.bounded import bounded
 from ..store.connection import JobStore
 from ..store.protocol import JobProtocol, member_key
@@ -98,23 +97,15 @@ from .ending import Ending
 from .ledger import LastLine, Ledger
 from .threads import Heartbeats, Round, Watchdog, paused_for
 
-__all__ = [
-    "HANDLERS",
-    "LOST_STORE",
-    "SESSION",
-    "Failover",
-    "Node",
-    "Session",
-    "reset",
-]
+__all__ = ["HANDLERS", "LOST_STORE", "Session"]
 
 
 class Session:
-    """The job watch of this agent process (one per process: :data:`SESSION`)."""
+    """The job watch of this agent process (one per process, in its runtime), with the
+    settings the plan built."""
 
-    def __init__(self, node: Optional[Node] = None, config: Optional[Config] = None) -> None:
-        self.node = node
-        self.config = config or Config()
+    def __init__(self, config: Config) -> None:
+        self.config = config
         self.state = State()
         self.protocol: Optional[JobProtocol] = None
         self.ledger = Ledger(self.config.report)
@@ -133,63 +124,26 @@ class Session:
         self.closing = threading.Event()
         self.threads: List[threading.Thread] = []
         self.lock = threading.RLock()
-        #: Failover's part of the watch (with its settings), when the patch switched it on.
-        self.succession: Optional[Succession] = None
+        #: Failover's part of the watch (its settings are the config's).
+        self.succession = Succession(self)
         #: The process's end.
         self.ending = Ending(self)
+        #: The requeue, when the ``requeue`` patch is installed.
+        self.requeue: Optional[Requeuing] = None
         #: The rendezvous host's member key, once read (:meth:`host_member`).
         self.host_key = ""
-
-    # ------------------------------------------------------------------ configuration
-
-    def configure(
-        self,
-        node: Node,
-        peer_timeout: float = 0.0,
-        report: bool = False,
-        recovery: Optional[Tuple[int, int]] = None,
-        failover: Optional[Failover] = None,
-    ) -> None:
-        """Switch on a part of the watch (each patch its own, in any order); ``recovery``:
-        ``--nnodes``' minimum and ``--max_restarts``; ``failover``: how long the next host
-        has to serve, the current host's addresses, and the handover this process continues."""
-        with self.lock:
-            if self.node is None:
-                self.node = node
-            config = self.config
-            self.config = config._replace(
-                hostname=self.node.hostname,
-                node_rank=self.node.node_rank,
-                endpoint=self.node.endpoint,
-                run_id=self.node.run_id,
-                elastic=self.node.elastic,
-                max_nodes=self.node.max_nodes,
-                peer_timeout=max(config.peer_timeout, peer_timeout),
-                report=config.report or report,
-            )
-            if recovery is not None:
-                self.config = self.config._replace(
-                    recovery=True, min_nodes=recovery[0], max_restarts=recovery[1]
-                )
-            if failover is not None:
-                self.succession = Succession(self, failover)
-                self.config = self.config._replace(
-                    failover=relaunch.possible(),
-                    failover_wait=failover.wait,
-                    store_port=self.node.store_port,
-                    previous=failover.previous,
-                    host_node_rank=failover.host_rank,
-                )
-            self.ledger.report = self.config.report
-        atexit.unregister(self.at_exit)
         atexit.register(self.at_exit)
+
+    def close(self) -> None:
+        """This session no longer ends the process (``restore_all``, tests)."""
+        atexit.unregister(self.at_exit)
 
     def _connect(self) -> Optional[JobProtocol]:
         """The store protocol, made once all parts are configured (at the first round)."""
-        node = self.node
-        if self.protocol is None and node is not None and node.store_host:
-            timeout = self.config.peer_timeout or timing.STORE_TIMEOUT
-            store = JobStore(node.store_host, node.store_port, node.run_id, timeout)
+        config = self.config
+        if self.protocol is None and config.store_host:
+            timeout = config.peer_timeout or timing.STORE_TIMEOUT
+            store = JobStore(config.store_host, config.store_port, config.run_id, timeout)
             self.protocol = JobProtocol(store)
             self.ledger.protocol = self.protocol
         return self.protocol
@@ -227,8 +181,7 @@ class Session:
         """The rendezvous host's member key, for a node that keeps a place for it in each
         round (:mod:`..recovery.host_place`): None when this node is the host or does not know
         whether it is; ``""`` while the host has not said it."""
-        node = self.node
-        if node is None or node.is_host is not False or not self.config.recovery:
+        if self.config.is_host is not False or not self.config.recovery:
             return None
         protocol = self._connect()
         if protocol is None:
@@ -263,8 +216,6 @@ class Session:
 
     def after_rendezvous(self, agent: Any, worker_group: Any) -> None:
         """The round's members and this node's key; starts the threads the first time."""
-        if self.node is None:
-            return
         self._hold_if_ending()
         with self.lock:
             self.agent = agent
@@ -319,7 +270,8 @@ class Session:
         with self.lock:
             self.agent = agent
             self.monitor_interval = float(getattr(worker_group.spec, "monitor_interval", 0) or 0)
-        requeuing.park()
+        if self.requeue is not None:
+            self.requeue.park()
         self.look_at_pause()
         self.park_for_handover()
         asked = self._look()
@@ -363,20 +315,16 @@ class Session:
         return answer.kind
 
     def _me(self) -> Tuple[str, Optional[int]]:
-        node = self.node
-        assert node is not None
-        return node.hostname, node.node_rank
+        return self.config.hostname, self.config.node_rank
 
     # ------------------------------------------------------------------ the process's end
 
     @property
     def serving(self) -> bool:
         """Whether this agent serves the store (and so watches everyone's heartbeats)."""
-        node = self.node
-        if node is None:
-            return False
-        if node.is_host is not None:
-            return node.is_host
+        is_host = self.config.is_host
+        if is_host is not None:
+            return is_host
         return self.group_rank == 0
 
     def grace(self) -> float:
@@ -399,18 +347,15 @@ class Session:
 
     def _next_hosts(self, members: List[str]) -> Tuple[Candidate, ...]:
         """Who would host the next round if the host were lost (failover), in order."""
-        succession = self.succession
-        return () if succession is None else succession.next_hosts(members)
+        return self.succession.next_hosts(members)
 
     def hold_for_handover(self) -> None:
         """torch's rendezvous lost its store: wait while the watch may still hand over."""
-        if self.succession is not None:
-            self.succession.hold()
+        self.succession.hold()
 
     def park_for_handover(self) -> None:
         """torch's main thread while this node hands over."""
-        if self.succession is not None:
-            self.succession.park()
+        self.succession.park()
 
     # ------------------------------------------------------------------ events and actions
 
@@ -501,12 +446,10 @@ class Session:
             time.sleep(0.2)
 
     def _do_LookUpNextHost(self, action: LookUpNextHost) -> None:
-        if self.succession is not None:
-            self.succession.look_up(action)
+        self.succession.look_up(action)
 
     def _do_HandOver(self, action: HandOver) -> None:
-        if self.succession is not None:
-            self.succession.hand_over(action)
+        self.succession.hand_over(action)
 
     def _zero_restarts(self) -> None:
         agent = self.agent
@@ -567,9 +510,7 @@ class Session:
         protocol, beats = self.protocol, self.beats
         assert protocol is not None and beats is not None
         with contextlib.suppress(Exception):
-            succession = self.succession
-            address = None if succession is None else succession.failover.address
-            protocol.introduce(self.me, *self._me(), address)
+            protocol.introduce(self.me, *self._me(), self.config.address)
             protocol.beat(self.me)  # the counter exists before a spare registers
         beats.run()
 
@@ -617,14 +558,3 @@ HANDLERS: Mapping[type, Callable[[Session, Any], None]] = MappingProxyType(
 LOST_STORE = "RendezvousConnectionError"
 #: torch's errors of a rendezvous that could not reach its store or gather its nodes.
 _LOST = (LOST_STORE, "RendezvousTimeoutError")
-
-
-#: This agent process's job watch.
-SESSION = Session()
-
-
-def reset() -> None:
-    """A fresh session (``restore_all``, tests)."""
-    global SESSION
-    atexit.unregister(SESSION.at_exit)
-    SESSION = Session()

@@ -12,14 +12,12 @@ import threading
 import time
 from typing import List, Optional, Protocol
 
-from ...torch_defaults import TERM_GRACE
 from .. import timing
-from ..node import Node
 from ..processes import workers
 from ..processes.end import exit_now
 from ..records import failures
-from ..requeue import sequence as requeuing
 from ..requeue.decision import short_name
+from ..requeue.sequence import Requeuing
 from ..signals import signalled
 from ..store.bounded import in_flight
 from ..watch.machine import exit_code
@@ -46,7 +44,6 @@ class Watch(Protocol):
     """What the process's end reads of the session (replaced as the job goes on, so read at
     each use)."""
 
-    node: Optional[Node]
     config: Config
     state: State
     ledger: Ledger
@@ -58,6 +55,7 @@ class Watch(Protocol):
     closing: threading.Event
     threads: List[threading.Thread]
     lock: threading.RLock
+    requeue: Optional[Requeuing]
 
     @property
     def serving(self) -> bool:
@@ -96,10 +94,12 @@ class Ending:
     def stop_workers(self) -> None:
         """Stop this node's workers and publish that (a STOPPED record) unless they had all
         ended by themselves: torch's monitor then publishes their failure."""
-        node = self.watch.node
+        config = self.watch.config
         count = workers.stop_all(self.grace())
-        if count and node is not None:
-            self.watch.ledger.publish_own(failures.stopped(node.hostname, node.node_rank, count))
+        if count:
+            self.watch.ledger.publish_own(
+                failures.stopped(config.hostname, config.node_rank, count)
+            )
 
     def at_exit(self) -> None:
         """Print the job's first failure as this agent's last line (once), when it failed; then
@@ -143,7 +143,9 @@ class Ending:
         departed = [
             short_name(m.hostname) for m in self.watch.state.departed if m.node_rank is not None
         ]
-        requeuing.after_failure(self.watch.last_line.seen, departed, self.watch.state.minority)
+        requeue = self.watch.requeue
+        if requeue is not None:
+            requeue.after_failure(self.watch.last_line.seen, departed, self.watch.state.minority)
 
     def _settle(self) -> float:
         """How long to wait for the other nodes' records."""
@@ -151,4 +153,4 @@ class Ending:
 
     def grace(self) -> float:
         """Seconds the workers have between SIGTERM and SIGKILL."""
-        return float(TERM_GRACE) if self.watch.node is None else self.watch.node.term_grace()
+        return self.watch.config.term_grace

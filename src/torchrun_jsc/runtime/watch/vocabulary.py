@@ -8,6 +8,8 @@ from enum import Enum
 from typing import NamedTuple, Optional, Tuple, Union
 
 from ...handover import Candidate, Handover
+from ...torch_defaults import TERM_GRACE
+from .. import timing
 from ..records.report import Record, node_name
 from . import heartbeats
 
@@ -47,33 +49,43 @@ class Member(NamedTuple):
 
 
 class Config(NamedTuple):
-    """What the plan switched on for this node, and who it is."""
+    """The job watch's settings for this node, built once by the plan
+    (:mod:`torchrun_jsc.lifecycle`) and installed by the ``job_watch`` patch: who this node is,
+    what the plan switched on, and the bounds derived from them."""
 
     hostname: str = ""
     node_rank: Optional[int] = None
+    #: Whether this node hosts the rendezvous store (None: torch decides; group rank 0 then).
+    is_host: Optional[bool] = None
     endpoint: str = ""
+    #: The rendezvous store's host (None: no store to use, e.g. ``--standalone``: the failure
+    #: report then covers this node only) and port (the next host serves on the same one).
+    store_host: Optional[str] = None
+    store_port: int = 0
+    run_id: str = ""
+    #: ``--nnodes=MIN:MAX``: torch can go on without a lost node.
+    elastic: bool = False
+    #: ``--nnodes``' maximum (0: not known).
+    max_nodes: int = 0
+    #: The workers' seconds between SIGTERM and SIGKILL (None: torch's).
+    grace: Optional[float] = None
     #: Seconds a member may be quiet before it is lost; 0: peers are not watched.
     peer_timeout: float = 0.0
     #: Whether the first-failure report is on (records in the store, the last line).
     report: bool = False
-    #: ``--nnodes=MIN:MAX``: torch can go on without a lost node.
-    elastic: bool = False
     #: Recovery: a lost node restarts the job without it (spares, a smaller job).
     recovery: bool = False
     #: ``--nnodes``' minimum and ``--max_restarts`` (recovery).
     min_nodes: int = 1
-    #: ``--nnodes``' maximum (0: not known).
-    max_nodes: int = 0
     max_restarts: int = 0
-    run_id: str = ""
     #: Failover: a lost rendezvous host hands over to the next live node (recovery).
     failover: bool = False
-    #: The rendezvous port (the next host serves on the same one).
-    store_port: int = 0
-    #: The current rendezvous host's node rank (None: not known).
+    #: The current rendezvous host's node rank (None: not known) and addresses (neither is
+    #: a candidate to host next).
     host_node_rank: Optional[int] = None
-    #: How long the next host has to serve after a handover.
-    failover_wait: float = 0.0
+    host_addresses: Tuple[str, ...] = ()
+    #: The address this node advertises (it tells the others, should it host next).
+    address: Optional[str] = None
     #: The handover this process continues (None: the job's first process).
     previous: Optional[Handover] = None
 
@@ -86,6 +98,17 @@ class Config(NamedTuple):
     def beat_interval(self) -> float:
         """Seconds between two heartbeats (0 with heartbeats off)."""
         return heartbeats.interval_for(self.peer_timeout)
+
+    @property
+    def term_grace(self) -> float:
+        """The workers' seconds between SIGTERM and SIGKILL (``grace``, else torch's)."""
+        return float(TERM_GRACE if self.grace is None else self.grace)
+
+    @property
+    def failover_wait(self) -> float:
+        """How long the nodes wait for the next host after a handover: its own detection of
+        the loss (the peer timeout), its workers' end (the grace) and its agent's new start."""
+        return self.peer_timeout + self.term_grace + timing.HANDOVER_START
 
 
 class State(NamedTuple):
