@@ -149,7 +149,6 @@ def per_worker(repeat: int) -> Dict[str, float]:
     from torchrun_jsc import patches
     from torchrun_jsc.patches import params, worker_start
     from torchrun_jsc.patches._common import find
-    from torchrun_jsc.runtime.processes import orphans, workers
 
     check = worker_start.CHECKS[0]
     owner, attr, original = find(check.module, check.target)  # torch's class, "_popen"
@@ -173,9 +172,7 @@ def per_worker(repeat: int) -> Dict[str, float]:
             plain_times.append(start(original))
             patched_times.append(start(patched))
     finally:
-        patches.restore_all()
-        orphans.stop()
-        workers.forget()
+        patches.restore_all()  # ends the orphan watcher and forgets the workers
     added = [p - q for p, q in zip(patched_times, plain_times)]
     return {
         "worker_start_repeat": repeat,

@@ -8,6 +8,7 @@ from typing import Any, List
 
 import pytest
 
+from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.records.report import Record
 from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.store.protocol import JobProtocol
@@ -24,7 +25,8 @@ def rec(kind: str, host: str, t: float, **kw: Any) -> Record:
 
 
 def new_session(node_rank: int = 0, peer_timeout: float = 0.0, **config: Any) -> Session:
-    """The session of node ``node_rank`` (hostname ``node<rank>``), the failure report on."""
+    """The session of node ``node_rank`` (hostname ``node<rank>``), the failure report on, with
+    a worker registry of its own."""
     return Session(
         Config(
             hostname=f"node{node_rank}",
@@ -32,7 +34,8 @@ def new_session(node_rank: int = 0, peer_timeout: float = 0.0, **config: Any) ->
             peer_timeout=peer_timeout,
             report=True,
             **config,
-        )
+        ),
+        Workers(),
     )
 
 

@@ -14,6 +14,7 @@ from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.handover import Candidate, Handover
 from torchrun_jsc.patches.rank_order import encode as rank_id
 from torchrun_jsc.runtime.failover import relaunch
+from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.watch.machine import decide
 from torchrun_jsc.runtime.watch.vocabulary import (
@@ -334,7 +335,8 @@ def failover_session(members: List[str]) -> Tuple[Session, FakeStore]:
             host_node_rank=0,
             host_addresses=(ib(0),),
             address=ib(2),
-        )
+        ),
+        Workers(),
     )
     store = with_store(session)
     session.members = members

@@ -10,16 +10,15 @@ from typing import Any, Dict, Tuple
 
 import pytest
 
-from torchrun_jsc.runtime.processes import workers
+from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.records import failures
 
 NOON = calendar.timegm((2026, 11, 30, 12, 0, 0))
 USR1, TERM = -int(signal.SIGUSR1), -int(signal.SIGTERM)
 
 
-def _result(codes: Dict[int, Tuple[int, float]]) -> Any:
+def _result(workers: Workers, codes: Dict[int, Tuple[int, float]]) -> Any:
     """Ranks -> (exit code, when it ended); every exit noted by the worker registry."""
-    workers.forget()
     found = {}
     for rank, (code, at) in codes.items():
         pid = 5000 + rank
@@ -45,9 +44,7 @@ def test_ranks_that_ended_the_same_way(
     codes: Dict[int, Tuple[int, float]], root: int, alike: int
 ) -> None:
     group = SimpleNamespace(workers=[object()] * len(codes))
-    try:
-        record = failures.from_result("node0", 0, group, _result(codes))
-    finally:
-        workers.forget()
+    workers = Workers()
+    record = failures.from_result(workers, "node0", 0, group, _result(workers, codes))
     assert (record.rank, record.alike, record.ranks_ended) == (root, alike, len(codes))
     assert record.exitcode == codes[root][0]

@@ -191,8 +191,9 @@ def test_a_probe_that_cannot_start_says_why_and_leaves_the_mask(
 def test_forward_signals_passes_the_signal_on_and_is_undone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from torchrun_jsc.runtime.processes import workers
+    from torchrun_jsc.runtime import agent
 
+    workers = agent.runtime().workers
     sent: List[int] = []
     monkeypatch.setattr(workers, "signal_all", lambda signum: sent.append(signum) or 3)
     before = signal.getsignal(signal.SIGUSR2)
@@ -227,9 +228,10 @@ AGENT = """
 import signal, subprocess, sys
 from torchrun_jsc.log import setup
 from torchrun_jsc.patches.forward_signals import Forwarder
-from torchrun_jsc.runtime.processes import workers
+from torchrun_jsc.runtime.processes.workers import Workers
 setup({})
-forwarder = Forwarder([signal.SIGUSR1, signal.SIGUSR2])  # what install does, without torch
+workers = Workers()
+forwarder = Forwarder([signal.SIGUSR1, signal.SIGUSR2], workers)  # install's, without torch
 forwarder.start()
 workers.before_start(forwarder.starting)
 for number in forwarder.signals:

@@ -14,6 +14,7 @@ from tests.unit.fakestore import FakeStore
 from torchrun_jsc import patches
 from torchrun_jsc.patches import params
 from torchrun_jsc.runtime import agent
+from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.recovery.host_place import Place, gave_up_line, place
 from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.store.protocol import JobProtocol
@@ -72,7 +73,7 @@ def _session(store: FakeStore, is_host: Optional[bool], recovery: bool = True) -
     config = Config(hostname="node1", node_rank=1, is_host=is_host, run_id="r", peer_timeout=10.0)
     if recovery:
         config = config._replace(recovery=True, min_nodes=3, max_restarts=3)
-    s = Session(config)
+    s = Session(config, Workers())
     s.protocol = JobProtocol(store)
     return s
 

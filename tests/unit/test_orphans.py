@@ -71,10 +71,11 @@ def test_watcher_leaves_a_worker_that_has_ended_but_is_not_reaped() -> None:
 
 AGENT = """
 import subprocess, sys
-from torchrun_jsc.runtime.processes import orphans
-assert orphans.start() is None
+from torchrun_jsc.runtime.processes.orphans import Watcher
+watcher = Watcher()
+assert watcher.start() is None
 worker = subprocess.Popen(["sleep", "60"])
-orphans.tell(worker.pid)
+watcher.tell(worker.pid)
 print(worker.pid, flush=True)
 sys.stdin.read()
 """

@@ -384,7 +384,7 @@ def test_worker_start_registers_and_hands_workers_to_the_watcher(
 ) -> None:
     from torch.distributed.elastic.multiprocessing.api import SubprocessHandler
 
-    from torchrun_jsc.runtime.processes import orphans, workers
+    from torchrun_jsc.runtime import agent
 
     started: list[Any] = []
 
@@ -397,9 +397,12 @@ def test_worker_start_registers_and_hands_workers_to_the_watcher(
         return Proc()
 
     monkeypatch.setattr(SubprocessHandler, "_popen", popen)
-    monkeypatch.setattr(workers, "register", lambda proc: started.append(("registered", proc.pid)))
-    monkeypatch.setattr(orphans, "start", lambda: started.append("watcher") and None)
-    monkeypatch.setattr(orphans, "tell", lambda pid: started.append(("told", pid)))
+    runtime = agent.runtime()
+    monkeypatch.setattr(
+        runtime.workers, "register", lambda proc: started.append(("registered", proc.pid))
+    )
+    monkeypatch.setattr(runtime.orphans, "start", lambda: started.append("watcher") and None)
+    monkeypatch.setattr(runtime.orphans, "tell", lambda pid: started.append(("told", pid)))
     assert patches.install(params.WorkerStart(kill_orphans=True, new_session=False)) is None
     SubprocessHandler._popen(object(), ("python", "-u", "t.py"), {})  # type: ignore[arg-type]
     assert started == [
@@ -411,6 +414,9 @@ def test_worker_start_registers_and_hands_workers_to_the_watcher(
     patches.restore_all()
     started.clear()
     monkeypatch.setattr(SubprocessHandler, "_popen", popen)
+    monkeypatch.setattr(
+        agent.runtime().workers, "register", lambda proc: started.append(("registered", proc.pid))
+    )
     assert patches.install(params.WorkerStart(kill_orphans=False, new_session=False)) is None
     SubprocessHandler._popen(object(), ("python", "t.py"), {})  # type: ignore[arg-type]
     assert started == [("python", "t.py"), ("registered", 424242)], "no watcher when it is off"
@@ -421,7 +427,7 @@ def test_worker_start_new_session_only_for_the_known_popen_of_torch_before_2_2(
 ) -> None:
     from torch.distributed.elastic.multiprocessing.api import SubprocessHandler
 
-    from torchrun_jsc.runtime.processes import workers
+    from torchrun_jsc.runtime import agent
 
     def old_popen(self: Any, args: Any, env: Any) -> Any:  # torch 1.13-2.1's names
         return subprocess.Popen(args=args, env=env, stdout=self._stdout, stderr=self._stderr)
@@ -440,7 +446,7 @@ def test_worker_start_new_session_only_for_the_known_popen_of_torch_before_2_2(
         _stderr = None
 
     monkeypatch.setattr(subprocess, "Popen", fake_popen)
-    monkeypatch.setattr(workers, "register", lambda proc: None)
+    monkeypatch.setattr(agent.runtime().workers, "register", lambda proc: None)
     monkeypatch.setattr(SubprocessHandler, "_popen", old_popen)
     assert patches.install(params.WorkerStart(kill_orphans=False, new_session=True)) is None
     SubprocessHandler._popen(Handler(), ("python", "t.py"), {"A": "1"})  # type: ignore[arg-type]

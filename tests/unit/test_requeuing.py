@@ -12,6 +12,7 @@ import pytest
 
 from tests.unit.fakestore import FakeStore
 from torchrun_jsc.runtime import timing
+from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.records.report import LOST, Record
 from torchrun_jsc.runtime.requeue import sequence as requeuing
 from torchrun_jsc.runtime.requeue.decision import Budget
@@ -30,6 +31,7 @@ class FakeJob:
         self._members = [f"m{i}" for i in range(members)]
         self._protocol = protocol
         self.events: List[Event] = []
+        self.workers = Workers()  # none registered
 
     @property
     def protocol(self) -> Optional[JobProtocol]:

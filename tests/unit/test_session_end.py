@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.fakestore import FakeStore
 from torchrun_jsc.runtime import timing
-from torchrun_jsc.runtime.processes import workers
+from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.records.report import FAILED, LOST
 from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.session.threads import Heartbeats, Round
@@ -26,7 +26,7 @@ from .sessions import err_lines, new_session, rec, with_store
 
 
 def test_the_end_of_the_process_stops_the_watch_threads() -> None:
-    session = Session(Config())
+    session = Session(Config(), Workers())
     beats: List[int] = []
 
     def beat() -> None:
@@ -50,7 +50,7 @@ def test_the_end_of_the_process_waits_for_store_calls_in_flight() -> None:
         left.set()
 
     assert bounded(call, 0.01) is None  # gave up waiting; the call goes on
-    Session(Config()).at_exit()
+    Session(Config(), Workers()).at_exit()
     assert left.is_set()
 
 
@@ -286,7 +286,7 @@ def test_the_end_of_a_thawed_agent_says_it_did_not_run(
     session.watchdog = Watchdog(session.protocol, session.post, session.closing)
     session.watchdog.last -= 95.0  # its last look, before the freeze
     monkeypatch.setattr("os._exit", lambda code: None)
-    monkeypatch.setattr(workers, "stop_all", lambda grace: 0)
+    monkeypatch.setattr(session.workers, "stop_all", lambda grace: 0)
     session.at_exit()
     assert session.state.phase == Phase.STOPPING and session.state.exiting
     lines = err_lines(capsys)

@@ -11,7 +11,7 @@ from typing import Any, List
 import pytest
 
 from torchrun_jsc.runtime import timing
-from torchrun_jsc.runtime.processes import workers
+from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.records import failures
 from torchrun_jsc.runtime.records.report import FAILED
 from torchrun_jsc.runtime.session.adapter import Session
@@ -53,7 +53,7 @@ def test_the_store_connection_times_out_after_the_peer_timeout(
         peer_timeout=peer_timeout,
         report=True,
     )
-    session = Session(config)
+    session = Session(config, Workers())
     protocol = session._connect()
     assert protocol is not None and protocol.store.timeout == seconds  # type: ignore[attr-defined]
     session.at_exit()
@@ -65,11 +65,12 @@ def test_the_store_connection_times_out_after_the_peer_timeout(
 def test_a_stop_after_the_workers_ended_by_themselves_keeps_their_failure() -> None:
     """Told to stop when its worker had already died (gloo lost its peer): the node publishes
     no empty STOPPED record, so its own failure still counts in the report line."""
-    workers.forget()
     session = new_session()
     session.stop_workers()  # nothing live to stop
     assert session.ledger.records == []
-    record = failures.from_result("node0", 0, _group(), _result({0: _Failure(4242, 1)}))
+    record = failures.from_result(
+        session.workers, "node0", 0, _group(), _result({0: _Failure(4242, 1)})
+    )
     session.state = State(Phase.TRAINING)
     session.post(WorkersEnded(succeeded=False, final=True, record=record))
     assert [(r.kind, r.rank, r.exitcode, r.ranks_ended) for r in session.ledger.records] == [
@@ -85,7 +86,7 @@ def test_a_worker_torch_stopped_after_the_first_failure_does_not_become_it(
     """Rank 1 died (its exit noted at 12:00:00.5); torch then stopped rank 0, whose watch thread
     had not run yet when the report was made (a loaded node). torch stamps both 12:00:00 (whole
     seconds): rank 0 must not come first by that truncated stamp."""
-    workers.forget()
+    workers = Workers()
     monkeypatch.setattr(timing, "EXIT_NOTE_WAIT", 0.5)
     for pid in (4301, 4300):
         workers._procs[pid] = SimpleNamespace(pid=pid, returncode=None)
@@ -99,8 +100,7 @@ def test_a_worker_torch_stopped_after_the_first_failure_does_not_become_it(
         threading.Timer(0.1, note).start()
     stopped, died = _Failure(4300, -signal.SIGTERM), _Failure(4301, -signal.SIGKILL)
     died.local_rank = 1
-    record = failures.from_result("node0", 0, _group(), _result({0: stopped, 1: died}))
-    workers.forget()
+    record = failures.from_result(workers, "node0", 0, _group(), _result({0: stopped, 1: died}))
     assert (record.rank, record.local_rank, record.exitcode) == (1, 1, -signal.SIGKILL)
     assert record.time == NOON + 0.5
 
@@ -118,7 +118,6 @@ def test_a_stop_that_finds_the_workers_failed_records_their_failure() -> None:
     monitor still reports that failure (the node's record), not an empty stop."""
     from torch.distributed.elastic.agent.server.api import WorkerState
 
-    workers.forget()
     session = new_session(node_rank=2)
     session.state = State(Phase.STOPPING, Ask.STOP, failed=True)
     agent = SimpleNamespace(_remaining_restarts=3)
@@ -153,7 +152,6 @@ def test_a_stop_that_finds_the_workers_succeeded_keeps_the_success(
     exit 1, as if its workers had been stopped)."""
     from torch.distributed.elastic.agent.server.api import WorkerState
 
-    workers.forget()
     session = new_session(node_rank=3)
     session.state = State(Phase.STOPPING, Ask.STOP, failed=True)
     agent = SimpleNamespace(_remaining_restarts=0)
@@ -164,7 +162,7 @@ def test_a_stop_that_finds_the_workers_succeeded_keeps_the_success(
     assert session.state.succeeded and session.ledger.records == []
     exits: List[int] = []
     monkeypatch.setattr(timing, "EXIT_GRACE", 0.0)
-    monkeypatch.setattr(workers, "stop_all", lambda grace: 0)
+    monkeypatch.setattr(session.workers, "stop_all", lambda grace: 0)
     monkeypatch.setattr("os._exit", exits.append)
     monkeypatch.setattr(session.ledger, "read_all", lambda *a: [])
     session.ending.end_workers()

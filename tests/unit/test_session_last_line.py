@@ -11,7 +11,6 @@ import pytest
 
 from tests.unit.fakestore import FakeStore
 from torchrun_jsc.runtime import timing
-from torchrun_jsc.runtime.processes import workers
 from torchrun_jsc.runtime.records import report
 from torchrun_jsc.runtime.records.report import FAILED, LOST, STOPPED, Record
 from torchrun_jsc.runtime.session.adapter import Session
@@ -71,7 +70,7 @@ def test_the_stopping_thread_ends_the_process_only_if_the_agent_does_not(
         capsys.readouterr()
     exits: List[int] = []
     monkeypatch.setattr(timing, "EXIT_GRACE", 0.0)
-    monkeypatch.setattr(workers, "stop_all", lambda grace: 0)
+    monkeypatch.setattr(session.workers, "stop_all", lambda grace: 0)
     monkeypatch.setattr("os._exit", exits.append)
     session.ending.end_workers()
     assert exits == ([] if exiting else [1])

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any, List
 
 from tests.unit.fakestore import FakeStore, protocol
+from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.recovery.spares import SpareLook
 from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.session.threads import Heartbeats, Round
@@ -191,7 +192,8 @@ def _session(store: FakeStore, serving: bool) -> Session:
             recovery=True,
             min_nodes=3,
             max_restarts=3,
-        )
+        ),
+        Workers(),
     )
     session.protocol = JobProtocol(store)
     session.ledger.protocol = session.protocol

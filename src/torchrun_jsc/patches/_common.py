@@ -7,6 +7,7 @@ import inspect
 from typing import Any, Callable, Iterable, List, NamedTuple, Sequence, Tuple, Union
 
 from ..errors import PatchDeclinedError
+from ..runtime import agent
 
 #: The torch modules more than one patch reaches into, spelled once.
 DYNAMIC_RENDEZVOUS = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
@@ -83,7 +84,8 @@ def on_restore(undo: Callable[[], None]) -> None:
 
 
 def restore_all() -> None:
-    """Undo every patch installed in this process (newest first)."""
+    """Undo every patch installed in this process (newest first), then drop the runtime they
+    shared (:func:`torchrun_jsc.runtime.agent.forget`)."""
     while _UNDO:
         entry = _UNDO.pop()
         if callable(entry):
@@ -91,3 +93,4 @@ def restore_all() -> None:
         else:
             owner, attr, value = entry
             setattr(owner, attr, value)
+    agent.forget()

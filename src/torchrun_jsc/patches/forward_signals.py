@@ -18,7 +18,8 @@ import time
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from ..log import logger
-from ..runtime.processes import workers
+from ..runtime import agent
+from ..runtime.processes.workers import Workers
 from ..runtime.signals.direct import LATER, decide, unpaired
 from ..runtime.signals.probe import Probe
 from . import worker_start
@@ -30,7 +31,8 @@ CHECKS = worker_start.CHECKS
 def install(signals: Sequence[str]) -> None:
     """Pass ``signals`` (names, e.g. ``SIGUSR1``) on to the workers that did not get them."""
     verified(CHECKS)
-    forwarder = Forwarder([int(getattr(signal, name)) for name in signals])
+    workers = agent.runtime().workers
+    forwarder = Forwarder([int(getattr(signal, name)) for name in signals], workers)
     forwarder.start()
     on_restore(forwarder.stop)
     on_restore(workers.before_start(forwarder.starting))
@@ -47,10 +49,11 @@ def _restorer(number: int, before: Any) -> Callable[[], None]:
 
 class Forwarder:
     """Notes each signal the agent gets (the handler, :meth:`noted`) and, in a thread of its
-    own, passes it on or not once the probe's answer is in."""
+    own, passes it on to ``workers`` or not once the probe's answer is in."""
 
-    def __init__(self, signals: Sequence[int]) -> None:
+    def __init__(self, signals: Sequence[int], workers: Workers) -> None:
         self.signals = tuple(signals)
+        self.workers = workers
         self.probe = Probe(self.signals)
         self._noted: queue.Queue[Optional[Tuple[int, float]]] = queue.Queue()
         self._thread: Optional[threading.Thread] = None
@@ -98,7 +101,7 @@ class Forwarder:
         if decision.action == "direct":
             logger.warning("torchrun_jsc: %s %s; not passed on", name, decision.reason)
         else:
-            sent = workers.signal_all(signum)
+            sent = self.workers.signal_all(signum)
             logger.warning("torchrun_jsc: passed %s on to %d worker(s)", name, sent)
 
     def without_probe(self, why: str) -> None:

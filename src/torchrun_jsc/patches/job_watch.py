@@ -11,7 +11,7 @@ from ..runtime import agent
 from ..runtime.failover import relaunch
 from ..runtime.watch.vocabulary import Config
 from . import _agent_hooks
-from ._common import on_restore, verified
+from ._common import verified
 
 CHECKS = _agent_hooks.CHECKS
 
@@ -22,5 +22,4 @@ def install(config: Config) -> None:
     verified(CHECKS)
     config = config._replace(failover=config.failover and relaunch.possible())
     session = agent.runtime().watch(config)
-    on_restore(agent.forget)
     _agent_hooks.install(session)

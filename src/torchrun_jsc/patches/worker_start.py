@@ -1,6 +1,6 @@
 """All versions: register every worker torch starts (so signals can be passed on to it; its
-command line goes to :func:`~torchrun_jsc.runtime.processes.workers.starting` first), hand it
-to this agent's orphan watcher (:mod:`torchrun_jsc.runtime.processes.orphans`: it dies with
+command line goes to :meth:`~torchrun_jsc.runtime.processes.workers.Workers.starting` first),
+hand it to this agent's orphan watcher (:mod:`torchrun_jsc.runtime.processes.orphans`: it dies with
 the agent, even by SIGKILL), and, before torch 2.2, start it in its own session as torch
 2.2+ does."""
 
@@ -12,7 +12,7 @@ from typing import Any, Dict, Tuple
 
 from ..errors import PatchDeclinedError
 from ..log import logger
-from ..runtime.processes import orphans, workers
+from ..runtime import agent
 from ._common import PROCESSES, Check, replace, verified
 
 CHECKS = (
@@ -38,6 +38,8 @@ def install(kill_orphans: bool, new_session: bool) -> None:
             f"SubprocessHandler._popen uses {', '.join(names) or 'nothing'}, expected"
             f" {', '.join(PLAIN_POPEN)} (torch before 2.2)"
         )
+    runtime = agent.runtime()
+    workers, orphans = runtime.workers, runtime.orphans
     if kill_orphans:
         problem = orphans.start()
         if problem is not None:

@@ -1,27 +1,31 @@
-"""This agent process's runtime: the one object the agent-side patches share, made when the
-first of them is installed (:func:`runtime`) and dropped with the patches (:func:`forget`, run
-by ``restore_all``). It holds the job watch's session, which holds the rest (the process's end,
-the failover's succession, the requeue)."""
+"""This agent process's runtime: the one object that holds what the agent runs besides torch
+(its workers' registry, the orphan watcher, the job watch's session), made at the first call of
+:func:`runtime` (the first agent-side patch installed) and dropped with the patches
+(:func:`forget`, run by ``restore_all``)."""
 
 from __future__ import annotations
 
 from typing import Optional
 
+from .processes.orphans import Watcher
+from .processes.workers import Workers
 from .session.adapter import Session
 from .watch.vocabulary import Config
 
 
 class Runtime:
-    """What this agent process runs besides torch: the job watch (None until the ``job_watch``
-    patch installs it)."""
+    """What this agent process runs besides torch: its workers, their orphan watcher, and the
+    job watch (None until the ``job_watch`` patch installs it), which holds the rest."""
 
     def __init__(self) -> None:
+        self.workers = Workers()
+        self.orphans = Watcher()
         self.session: Optional[Session] = None
 
     def watch(self, config: Config) -> Session:
         """Start this process's job watch with ``config`` (once; later calls return it)."""
         if self.session is None:
-            self.session = Session(config)
+            self.session = Session(config, self.workers)
         return self.session
 
 
@@ -37,8 +41,11 @@ def runtime() -> Runtime:
 
 
 def forget() -> None:
-    """Drop this process's runtime and its session's exit hook (``restore_all``, tests)."""
+    """Drop this process's runtime (``restore_all``, tests): its session's exit hook goes, its
+    orphan watcher ends (killing what it was told of)."""
     global _RUNTIME
-    if _RUNTIME is not None and _RUNTIME.session is not None:
-        _RUNTIME.session.close()
+    if _RUNTIME is not None:
+        _RUNTIME.orphans.stop()
+        if _RUNTIME.session is not None:
+            _RUNTIME.session.close()
     _RUNTIME = None

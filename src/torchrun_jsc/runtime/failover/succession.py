@@ -11,9 +11,9 @@ from typing import Callable, List, Optional, Protocol, Tuple
 
 from ... import handover
 from .. import timing
-from ..processes import workers
 from ..processes.end import exit_now
 from ..processes.output import say
+from ..processes.workers import Workers
 from ..store.bounded import bounded
 from ..store.protocol import JobProtocol
 from ..watch.vocabulary import Config, Event, HandOver, LookUpNextHost, NextHosts, Phase, State
@@ -25,6 +25,7 @@ class Watch(Protocol):
     configuration, state and protocol as the job goes on, so they are read at each use)."""
 
     config: Config
+    workers: Workers
     state: State
     protocol: Optional[JobProtocol]
     closing: threading.Event
@@ -111,7 +112,7 @@ class Succession:
 
     def _hand_over(self, handed: handover.Handover) -> None:
         """Stop this node's workers, then start the agent again (this process ends here)."""
-        workers.stop_all(self.watch.grace())
+        self.watch.workers.stop_all(self.watch.grace())
         with self.watch.lock:
             if (
                 self.watch.state.exiting

@@ -93,51 +93,52 @@ def watch(agent: int, source: IO[str]) -> List[int]:
 
 # ---------------------------------------------------------------------- the agent's side
 
-_pipe: Optional[int] = None
-_watcher: object = None  # its Popen, kept so that it is never collected as "still running"
 
+class Watcher:
+    """This agent's orphan watcher (a process of its own, started once): every worker handed
+    to it is killed when the agent ends, even by SIGKILL."""
 
-def start() -> Optional[str]:
-    """Start this agent's watcher (once); None, or why it could not start."""
-    global _pipe, _watcher
-    if _pipe is not None:
+    def __init__(self) -> None:
+        self._pipe: Optional[int] = None
+        self._process: object = None  # its Popen, kept so that it is never collected
+
+    def start(self) -> Optional[str]:
+        """Start the watcher (once); None, or why it could not start."""
+        if self._pipe is not None:
+            return None
+        import subprocess
+
+        read, write = os.pipe()  # both ends close on exec: only the watcher gets ``read``
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(write)
+            return f"the watcher did not start ({exc})"
+        finally:
+            os.close(read)
+        self._pipe = write
         return None
-    import subprocess
 
-    read, write = os.pipe()  # both ends close on exec: only the watcher gets ``read``
-    try:
-        _watcher = subprocess.Popen(
-            [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())],
-            stdin=read,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        os.close(write)
-        return f"the watcher did not start ({exc})"
-    finally:
-        os.close(read)
-    _pipe = write
-    return None
+    def tell(self, pid: int) -> None:
+        """Hand a just-started worker (a child of this process) to the watcher."""
+        started = start_time(pid)
+        if self._pipe is None or started is None:
+            return
+        import contextlib  # here, not at the top: the watcher itself needs none of it
 
+        with contextlib.suppress(OSError):  # the watcher is gone: nothing to tell
+            os.write(self._pipe, f"{pid} {started}\n".encode())
 
-def tell(pid: int) -> None:
-    """Hand a just-started worker (a child of this process) to the watcher."""
-    started = start_time(pid)
-    if _pipe is None or started is None:
-        return
-    import contextlib  # here, not at the top: the watcher itself needs none of it
-
-    with contextlib.suppress(OSError):  # the watcher is gone: nothing to tell
-        os.write(_pipe, f"{pid} {started}\n".encode())
-
-
-def stop() -> None:
-    """Close the pipe (tests): the watcher kills what is left and ends."""
-    global _pipe
-    if _pipe is not None:
-        os.close(_pipe)
-        _pipe = None
+    def stop(self) -> None:
+        """Close the pipe (tests): the watcher kills what is left and ends."""
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
 
 
 def main(argv: List[str]) -> int:

@@ -1,4 +1,5 @@
-"""This agent's worker processes: registered, watched.
+"""This agent's worker processes: registered, watched (:class:`Workers`, one per process, in
+its runtime: :mod:`torchrun_jsc.runtime.agent`).
 
 The ``worker_start`` patch registers every worker torch starts (and hands it to the orphan
 watcher, :mod:`torchrun_jsc.runtime.processes.orphans`). The registry keeps each worker's
@@ -17,101 +18,109 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-_lock = threading.Lock()
-_before: List[Callable[[Sequence[str]], None]] = []
-_procs: Dict[int, Any] = {}
-_exits: Dict[int, float] = {}
-_stopped: Dict[int, bool] = {}
-_oom_baseline: Optional[int] = None
 
+class Workers:
+    """The workers torch started in this agent: their ``Popen``, when each ended, which ones
+    torchrun_jsc stopped, and the out-of-memory count when the first one started."""
 
-def before_start(callback: Callable[[Sequence[str]], None]) -> Callable[[], None]:
-    """Have ``callback(command)`` called with each worker's command line just before the worker
-    starts; returns what ends that."""
-    _before.append(callback)
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._before: List[Callable[[Sequence[str]], None]] = []
+        self._procs: Dict[int, Any] = {}
+        self._exits: Dict[int, float] = {}
+        self._stopped: Dict[int, bool] = {}
+        self._oom_baseline: Optional[int] = None
 
-    def end() -> None:
-        if callback in _before:
-            _before.remove(callback)
+    def before_start(self, callback: Callable[[Sequence[str]], None]) -> Callable[[], None]:
+        """Have ``callback(command)`` called with each worker's command line just before the
+        worker starts; returns what ends that."""
+        self._before.append(callback)
 
-    return end
+        def end() -> None:
+            if callback in self._before:
+                self._before.remove(callback)
 
+        return end
 
-def starting(command: Sequence[str]) -> None:
-    """A worker with the command line ``command`` is about to start (``worker_start``)."""
-    for callback in list(_before):
-        callback(command)
+    def starting(self, command: Sequence[str]) -> None:
+        """A worker with the command line ``command`` is about to start (``worker_start``)."""
+        for callback in list(self._before):
+            callback(command)
 
+    def register(self, proc: Any) -> None:
+        """Remember a started worker (a ``Popen``) and watch for its exit."""
+        with self._lock:
+            self._procs[proc.pid] = proc
+            if self._oom_baseline is None:
+                self._oom_baseline = oom_kills()
+        threading.Thread(
+            target=self._watch, args=(proc.pid,), daemon=True, name="trjsc-exit"
+        ).start()
 
-def register(proc: Any) -> None:
-    """Remember a started worker (a ``Popen``) and watch for its exit."""
-    global _oom_baseline
-    with _lock:
-        _procs[proc.pid] = proc
-        if _oom_baseline is None:
-            _oom_baseline = oom_kills()
-    threading.Thread(target=_watch, args=(proc.pid,), daemon=True, name="trjsc-exit").start()
+    def _watch(self, pid: int) -> None:
+        # Already reaped by torch (an error): the time noted is then a little late.
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        with self._lock:
+            self._exits.setdefault(pid, time.time())
 
+    def live(self) -> List[Any]:
+        """Registered workers that have not been reaped."""
+        with self._lock:
+            return [
+                p for p in self._procs.values() if p.returncode is None and p.pid not in self._exits
+            ]
 
-def _watch(pid: int) -> None:
-    # Already reaped by torch (an error): the time noted is then a little late.
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-    with _lock:
-        _exits.setdefault(pid, time.time())
+    def exit_times(self, pids: List[int], wait: float) -> Dict[int, float]:
+        """When each of ``pids`` (ended workers) ended, as far as known. A registered worker's
+        watcher may not have run since its exit (a loaded node, an agent slowed by memory
+        pressure): this waits up to ``wait`` seconds for those."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                known = {pid: self._exits[pid] for pid in pids if pid in self._exits}
+                pending = any(pid in self._procs and pid not in self._exits for pid in pids)
+            if not pending or time.monotonic() >= deadline:
+                return known
+            time.sleep(0.01)
 
+    def stopped_by_us(self, pid: int) -> bool:
+        """Whether torchrun_jsc stopped this worker (then its failure only follows another)."""
+        with self._lock:
+            return self._stopped.get(pid, False)
 
-def live() -> List[Any]:
-    """Registered workers that have not been reaped."""
-    with _lock:
-        return [p for p in _procs.values() if p.returncode is None and p.pid not in _exits]
+    def signal_all(self, signum: int) -> int:
+        """Send ``signum`` to every live worker process (not its children); how many got it."""
+        sent = 0
+        for proc in self.live():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(proc.pid, signum)
+                sent += 1
+        return sent
 
-
-def exit_times(pids: List[int], wait: float) -> Dict[int, float]:
-    """When each of ``pids`` (ended workers) ended, as far as known. A registered worker's watcher
-    may not have run since its exit (a loaded node, an agent slowed by memory pressure): this
-    waits up to ``wait`` seconds for those."""
-    deadline = time.monotonic() + wait
-    while True:
-        with _lock:
-            known = {pid: _exits[pid] for pid in pids if pid in _exits}
-            pending = any(pid in _procs and pid not in _exits for pid in pids)
-        if not pending or time.monotonic() >= deadline:
-            return known
-        time.sleep(0.01)
-
-
-def stopped_by_us(pid: int) -> bool:
-    """Whether torchrun_jsc stopped this worker (then its failure only follows another)."""
-    with _lock:
-        return _stopped.get(pid, False)
-
-
-def signal_all(signum: int) -> int:
-    """Send ``signum`` to every live worker process (not its children); how many got it."""
-    sent = 0
-    for proc in live():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(proc.pid, signum)
-            sent += 1
-    return sent
-
-
-def stop_all(grace: float) -> int:
-    """SIGTERM every live worker's process group, SIGKILL what is left after ``grace``
-    seconds; returns how many were stopped."""
-    procs = live()
-    with _lock:
+    def stop_all(self, grace: float) -> int:
+        """SIGTERM every live worker's process group, SIGKILL what is left after ``grace``
+        seconds; returns how many were stopped."""
+        procs = self.live()
+        with self._lock:
+            for proc in procs:
+                self._stopped[proc.pid] = True
         for proc in procs:
-            _stopped[proc.pid] = True
-    for proc in procs:
-        _kill(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and live():
-        time.sleep(0.1)
-    for proc in live():
-        _kill(proc.pid, signal.SIGKILL)
-    return len(procs)
+            _kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and self.live():
+            time.sleep(0.1)
+        for proc in self.live():
+            _kill(proc.pid, signal.SIGKILL)
+        return len(procs)
+
+    def oom_since_start(self) -> bool:
+        """Whether the memory cgroup's out-of-memory killer struck since the first worker
+        started."""
+        now = oom_kills()
+        with self._lock:
+            base = self._oom_baseline
+        return now is not None and base is not None and now > base
 
 
 def _kill(pid: int, signum: int) -> None:
@@ -153,21 +162,3 @@ def _oom_count(path: Path) -> Optional[int]:
         if name == "oom_kill" and number.strip().isdigit():
             return int(number)
     return None
-
-
-def oom_since_start() -> bool:
-    """Whether the memory cgroup's out-of-memory killer struck since the first worker started."""
-    now = oom_kills()
-    with _lock:
-        base = _oom_baseline
-    return now is not None and base is not None and now > base
-
-
-def forget() -> None:
-    """Drop every registered worker (tests)."""
-    global _oom_baseline
-    with _lock:
-        _procs.clear()
-        _exits.clear()
-        _stopped.clear()
-        _oom_baseline = None

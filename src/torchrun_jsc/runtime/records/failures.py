@@ -9,7 +9,7 @@ import time
 from typing import Any, Optional
 
 from .. import timing
-from ..processes import workers
+from ..processes.workers import Workers
 from .report import FAILED, STOPPED, Record, error_file_message
 
 #: Ranks of a node that ended with the same code within this many seconds of the first ended
@@ -27,9 +27,12 @@ def stopped(hostname: str, node_rank: Optional[int], count: int) -> Record:
     )
 
 
-def from_result(hostname: str, node_rank: Optional[int], worker_group: Any, result: Any) -> Record:
-    """The record of a FAILED run result: its first failing worker (by when it ended), or a
-    STOPPED record when torchrun_jsc had stopped every failed worker."""
+def from_result(
+    workers: Workers, hostname: str, node_rank: Optional[int], worker_group: Any, result: Any
+) -> Record:
+    """The record of a FAILED run result: its first failing worker (by when it ended, as
+    ``workers`` noted it), or a STOPPED record when torchrun_jsc had stopped every failed
+    worker."""
     failures = dict(result.failures or {})
     mine = {g: f for g, f in failures.items() if not workers.stopped_by_us(f.pid)}
     ended = len(getattr(worker_group, "workers", ()) or ()) or len(failures)

@@ -36,9 +36,9 @@ from typing import Callable, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from ...torch_defaults import TERM_GRACE
 from .. import timing
-from ..processes import workers
 from ..processes.end import exit_now
 from ..processes.output import say
+from ..processes.workers import Workers
 from ..records.report import Record
 from ..signals import signalled
 from ..store.bounded import bounded
@@ -82,6 +82,8 @@ class Job(Protocol):
     def members(self) -> List[str]: ...
     @property
     def serving(self) -> bool: ...
+    @property
+    def workers(self) -> Workers: ...
     def post(self, event: Event) -> None: ...
 
 
@@ -218,15 +220,15 @@ class Requeuing:
             " requeued"
         )
         deadline = time.monotonic() + budget.grace
-        while workers.live() and time.monotonic() < deadline:
+        while self.job.workers.live() and time.monotonic() < deadline:
             time.sleep(0.2)
-        running = len(workers.live())
+        running = len(self.job.workers.live())
         if running:
             say(
                 f"torchrun_jsc: {running} worker(s) still running after"
                 f" {budget.grace:g} s: stopping them"
             )
-            workers.stop_all(self.term_grace)
+            self.job.workers.stop_all(self.term_grace)
 
     def _ready_and_requeue(self) -> None:
         signalled.hold()  # the requeue brings Slurm's SIGTERM

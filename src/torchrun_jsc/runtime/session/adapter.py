@@ -52,6 +52,7 @@ from .. import timing
 from ..failover.succession import Succession
 from ..processes.end import exit_now
 from ..processes.output import say
+from ..processes.workers import Workers
 from ..records import failures
 from ..recovery.rounds import Rounds
 from ..recovery.spares import SpareLook
@@ -104,8 +105,10 @@ class Session:
     """The job watch of this agent process (one per process, in its runtime), with the
     settings the plan built."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, workers: Workers) -> None:
         self.config = config
+        #: This agent's workers (the process's registry).
+        self.workers = workers
         self.state = State()
         self.protocol: Optional[JobProtocol] = None
         self.ledger = Ledger(self.config.report)
@@ -282,7 +285,11 @@ class Session:
             self.post(WorkersEnded(succeeded=True, final=True))
         elif result.state == WorkerState.FAILED:
             final = asked == Ask.STOP or agent._remaining_restarts == 0
-            record = failures.from_result(*self._me(), worker_group, result) if final else None
+            record = (
+                failures.from_result(self.workers, *self._me(), worker_group, result)
+                if final
+                else None
+            )
             self.post(WorkersEnded(succeeded=False, final=final, record=record))
         elif asked == Ask.STOP:
             return failures.stopped_result(worker_group)

@@ -13,8 +13,8 @@ import time
 from typing import List, Optional, Protocol
 
 from .. import timing
-from ..processes import workers
 from ..processes.end import exit_now
+from ..processes.workers import Workers
 from ..records import failures
 from ..requeue.decision import short_name
 from ..requeue.sequence import Requeuing
@@ -45,6 +45,7 @@ class Watch(Protocol):
     each use)."""
 
     config: Config
+    workers: Workers
     state: State
     ledger: Ledger
     last_line: LastLine
@@ -95,7 +96,7 @@ class Ending:
         """Stop this node's workers and publish that (a STOPPED record) unless they had all
         ended by themselves: torch's monitor then publishes their failure."""
         config = self.watch.config
-        count = workers.stop_all(self.grace())
+        count = self.watch.workers.stop_all(self.grace())
         if count:
             self.watch.ledger.publish_own(
                 failures.stopped(config.hostname, config.node_rank, count)

@@ -6,8 +6,8 @@ import contextlib
 import threading
 from typing import Any, Callable, List
 
-_calls: List[threading.Thread] = []
-_lock = threading.Lock()
+#: The name of every thread :func:`bounded` starts (how :func:`in_flight` finds them).
+THREAD_NAME = "trjsc-store"
 
 
 def bounded(call: Callable[[], Any], seconds: float) -> Any:
@@ -19,10 +19,7 @@ def bounded(call: Callable[[], Any], seconds: float) -> Any:
         with contextlib.suppress(Exception):
             box.append(call())
 
-    worker = threading.Thread(target=run, daemon=True, name="trjsc-store")
-    with _lock:
-        _calls[:] = [t for t in _calls if t.is_alive()]
-        _calls.append(worker)
+    worker = threading.Thread(target=run, daemon=True, name=THREAD_NAME)
     worker.start()
     worker.join(seconds)
     return box[0] if box else None
@@ -30,5 +27,4 @@ def bounded(call: Callable[[], Any], seconds: float) -> Any:
 
 def in_flight() -> List[threading.Thread]:
     """The threads of :func:`bounded` still running (the process's end waits for them)."""
-    with _lock:
-        return [t for t in _calls if t.is_alive()]
+    return [t for t in threading.enumerate() if t.name == THREAD_NAME and t.is_alive()]
