@@ -34,7 +34,7 @@ from tests.cluster.recovery_jobs import (
     wait_for_step,
 )
 from tests.cluster.scenarios import Job
-from torchrun_jsc.lifecycle import failover_wait
+from torchrun_jsc.runtime.watch.vocabulary import Config
 from torchrun_jsc.torch_defaults import TERM_GRACE
 
 pytestmark = pytest.mark.cluster
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.cluster
 #: others (or its host) for lost after the peer timeout, and a node without its host waits
 #: for the next host at most the failover wait (peer timeout + TERM grace + the agent's new
 #: start, 100 s here) before it gives up; 30 s of margin for the 2-core machine.
-CUT_OFF_ENDS = PEER_TIMEOUT + failover_wait(PEER_TIMEOUT, TERM_GRACE) + 30
+CUT_OFF_ENDS = PEER_TIMEOUT + Config(peer_timeout=PEER_TIMEOUT, grace=TERM_GRACE).failover_wait + 30
 
 
 def last_line(job: Job, node: int) -> str:

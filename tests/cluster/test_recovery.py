@@ -37,7 +37,7 @@ from tests.cluster.recovery_jobs import (
     with_a_spare,
 )
 from tests.cluster.scenarios import Job, busy
-from torchrun_jsc.lifecycle import failover_wait
+from torchrun_jsc.runtime.watch.vocabulary import Config
 from torchrun_jsc.torch_defaults import TERM_GRACE
 
 pytestmark = pytest.mark.cluster
@@ -269,7 +269,9 @@ def test_a_spare_takes_the_place_of_a_node_cut_off_from_its_peers(
         assert_resumed_and_completed(job, live, 4)
         # the cut-off node takes its host for lost and hands over to the next node, which it
         # cannot reach either: it ends once that node's time to serve is over
-        bound = PEER_TIMEOUT + failover_wait(PEER_TIMEOUT, TERM_GRACE) + 30
+        bound = (
+            PEER_TIMEOUT + Config(peer_timeout=PEER_TIMEOUT, grace=TERM_GRACE).failover_wait + 30
+        )
         job.wait_exit([cut], max(cut_at + bound - time.monotonic(), 1.0))
         assert job.procs[cut].returncode not in (None, 0), said(job)
         assert "has not answered for" in job.output(cut), said(job)
