@@ -34,9 +34,10 @@ PIPE_CLOSED = 141
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Read, plan, apply, then run ``torch.distributed.run.main`` with the planned arguments."""
-    from .runtime.signals import early_stop
+    from .runtime import agent
 
     args = list(sys.argv[1:] if argv is None else argv)
+    early_stop = agent.runtime().early_stop
     early_stop.install(os.environ)  # a stop before torch's handlers is one line too
     try:
         _main(args, os.environ)
@@ -81,10 +82,12 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         from .preflight import run_preflight
 
         sys.exit(run_preflight(prepared))
-    from .runtime.failover import relaunch
+    from .runtime import agent
+    from .runtime.failover.relaunch import Command
 
     _early_stops(prepared)
-    relaunch.remember(args, env, sys.argv[0])  # before carry_out changes the environment
+    # before carry_out changes the environment
+    agent.runtime().command = Command.of(args, env, sys.argv[0])
     os.environ.pop(HANDOVER, None)  # read once; not for the workers
     carry_out(plan)
     from torch.distributed import run
@@ -134,14 +137,14 @@ def _early_stops(prepared: Prepared) -> None:
     """Until the first worker, only the signals torch will then handle are stopped here; those
     other than SIGINT only with the ``stop_signal`` patch (one line for a stop)."""
     from .request import handled_signals
-    from .runtime.signals import early_stop
+    from .runtime import agent
     from .runtime.signals.signalled import STOP_SIGNALS
 
     options = prepared.request.options
     given = options.signals_to_handle if options is not None else None
     torchs = handled_signals(given) if given is not None else STOP_SIGNALS
     one_line = any(p.name == "stop_signal" for p in prepared.plan.patches)
-    early_stop.keep_only(n for n in torchs if n == "SIGINT" or one_line)
+    agent.runtime().early_stop.keep_only(n for n in torchs if n == "SIGINT" or one_line)
 
 
 def _stopped_by(sigval: int, env: Mapping[str, str]) -> NoReturn:
@@ -149,11 +152,14 @@ def _stopped_by(sigval: int, env: Mapping[str, str]) -> NoReturn:
     torch's exit code; the job watch's last line, if any, follows at the exit."""
     import time
 
+    from .runtime import agent
     from .runtime.signals import signalled
 
     job = env.get("SLURM_JOB_ID")
     state = signalled.ask_slurm(job) if job else None
-    print(signalled.line(sigval, env, state, time.monotonic()), file=sys.stderr, flush=True)
+    seen = agent.runtime().stops.first()
+    line = signalled.line(sigval, env, state, time.monotonic(), seen)
+    print(line, file=sys.stderr, flush=True)
     signalled.ignore_further()
     sys.exit(signalled.EXIT_CODE)
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from torchrun_jsc.runtime.signals import signalled
+from torchrun_jsc.runtime import agent
 
 #: The families a unit test may not use.
 _INET = (socket.AF_INET, socket.AF_INET6)
@@ -72,8 +72,8 @@ def exit_hooks_undone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def no_exit_hooks_left(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A test's exit hooks, and the stop signals its sessions noted or held, do not outlive
-    it."""
+    """A test's exit hooks, and the runtime its patches shared (the stop signals noted or
+    held, the workers), do not outlive it."""
     with exit_hooks_undone(monkeypatch):
         yield
-    signalled.forget()
+    agent.forget()

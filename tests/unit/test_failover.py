@@ -374,20 +374,19 @@ def test_a_candidate_that_published_the_hosts_address_is_skipped() -> None:
 
 
 def test_the_next_process_gets_the_same_command_and_the_handover() -> None:
-    relaunch.remember(["--nnodes=4", "train.py"], {"PATH": "/bin", "A": "1"})
-    try:
-        assert relaunch.possible()
-        assert relaunch.command(["--nnodes=4", "train.py"])[1:] == [
-            "-m",
-            "torchrun_jsc",
-            "--nnodes=4",
-            "train.py",
-        ]
-        env = relaunch.environment({"A": "1"}, HANDED)
-        assert handover.decode(env[handover.VARIABLE]) == HANDED and env["A"] == "1"
-    finally:
-        relaunch.forget()
-    assert not relaunch.possible()
+    args, env = ["--nnodes=4", "train.py"], {"PATH": "/bin", "A": "1"}
+    started = relaunch.Command.of(args, env)
+    args.append("later")
+    env["A"] = "2"  # what changes after the start is not the command's
+    assert started == relaunch.Command("", ("--nnodes=4", "train.py"), {"PATH": "/bin", "A": "1"})
+    assert relaunch.command(started.args, started.program)[1:] == [
+        "-m",
+        "torchrun_jsc",
+        "--nnodes=4",
+        "train.py",
+    ]
+    after = relaunch.environment(started.env, HANDED)
+    assert handover.decode(after[handover.VARIABLE]) == HANDED and after["A"] == "1"
 
 
 def test_a_node_restarting_its_workers_hands_over_too() -> None:

@@ -41,7 +41,8 @@ def test_port_zero_for_several_nodes_is_refused(argv: List[str], verdict: str, w
 
 _CHILD = """
 import os, signal, sys, time
-from torchrun_jsc.runtime.signals import early_stop
+from torchrun_jsc.runtime.signals.early_stop import EarlyStop
+early_stop = EarlyStop()
 early_stop.install({{}})
 {before}
 early_stop.doing("waiting for the rendezvous host h:1")

@@ -80,3 +80,17 @@ def test_a_node_that_is_out_does_not_close_the_rendezvous(
     assert session is not None and session.config == config
     session.state = session.state._replace(out=True)
     assert handler.shutdown() is False and closed == ["x"]
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["by-the-command", "apply-fixes"])
+def test_failover_is_on_only_in_a_process_the_command_started(started: bool) -> None:
+    """The plan switches failover on; the job watch keeps it only where this process can start
+    itself again (``apply_fixes()`` in a script of one's own cannot)."""
+    from torchrun_jsc.runtime.failover.relaunch import Command
+
+    if started:
+        agent.runtime().command = Command.of(["train.py"], {})
+    config = Config(hostname="node1", peer_timeout=10.0, recovery=True, failover=True)
+    assert patches.install(params.JobWatch(config=config)) is None
+    session = agent.runtime().session
+    assert session is not None and session.config == config._replace(failover=started)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -16,7 +16,7 @@ from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.records.report import LOST, Record
 from torchrun_jsc.runtime.requeue import sequence as requeuing
 from torchrun_jsc.runtime.requeue.decision import Budget
-from torchrun_jsc.runtime.signals import signalled
+from torchrun_jsc.runtime.signals.signalled import Stops
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.vocabulary import Event
 from torchrun_jsc.runtime.watch.vocabulary import Requeuing as RequeuingEvent
@@ -32,6 +32,7 @@ class FakeJob:
         self._protocol = protocol
         self.events: List[Event] = []
         self.workers = Workers()  # none registered
+        self.stops = Stops()
 
     @property
     def protocol(self) -> Optional[JobProtocol]:
@@ -75,12 +76,6 @@ class Ends:
         self.done.set()
 
 
-@pytest.fixture(autouse=True)
-def _fresh() -> Iterator[None]:
-    yield
-    signalled.forget()
-
-
 def make(
     serving: bool, members: int = 1, slurm: Optional[Slurm] = None, budget: Budget = B
 ) -> Tuple[requeuing.Requeuing, FakeJob, Slurm, Ends, JobProtocol]:
@@ -119,7 +114,7 @@ def test_the_serving_node_requeues_once_every_member_is_ready(
     err = capsys.readouterr().err
     assert err.count(line) == 1 and "the workers have 1 s to save a checkpoint" in err
     assert RequeuingEvent() in job.events
-    assert signalled.held()
+    assert job.stops.held()
 
 
 def test_another_node_follows_the_serving_nodes_word(capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,14 +130,14 @@ def test_another_node_follows_the_serving_nodes_word(capsys: pytest.CaptureFixtu
 
 
 def test_the_guard_says_no_and_torchs_monitor_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
-    requeue, _, slurm, ends, _ = make(serving=True, budget=B._replace(done=3))
+    requeue, job, slurm, ends, _ = make(serving=True, budget=B._replace(done=3))
     requeue.signalled()
     started = time.monotonic()
     requeue.park()  # released once the guard said no
     assert time.monotonic() - started < 5
     assert requeue.released.is_set() and ends.codes == [] and slurm.ran == []
     assert "torchrun_jsc: no requeue: 3 of 3 requeues done" in capsys.readouterr().err
-    assert not signalled.held()
+    assert not job.stops.held()
 
 
 def test_a_job_that_is_not_requeueable_is_said_by_every_node(

@@ -15,7 +15,6 @@ from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.records.report import FAILED, LOST
 from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.session.threads import Heartbeats, Round
-from torchrun_jsc.runtime.signals import signalled
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.heartbeats import Tracker
 from torchrun_jsc.runtime.watch.vocabulary import Config, Member, Phase, State, WorkersEnded
@@ -360,9 +359,9 @@ def test_a_stop_signal_at_the_end_of_the_process_does_not_cut_the_last_line_shor
     """Slurm's SIGTERM after another node requeued the job can come while a thawed node prints
     its last line: from the process's end on, the stop-signal handler no longer raises."""
     session = new_session(node_rank=1)
-    assert not signalled.held()
+    assert not session.stops.held()
     session.at_exit()
-    assert signalled.held()
+    assert session.stops.held()
 
 
 @pytest.mark.parametrize(

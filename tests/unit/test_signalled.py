@@ -72,22 +72,23 @@ def test_no_job_state_in_garbage() -> None:
 
 
 def test_the_line() -> None:
-    signalled.forget()
-    assert signalled.note(signal.SIGTERM) and not signalled.note(signal.SIGTERM)
-    _, at = signalled.first() or (0, 0.0)
+    stops = signalled.Stops()
+    assert stops.note(signal.SIGTERM) and not stops.note(signal.SIGTERM)
+    seen = stops.first()
+    assert seen is not None
+    at = seen[1]
     cancelled = JobInfo("COMPLETING", 7.0, 60.0)
-    assert signalled.line(signal.SIGTERM, {"SLURM_JOB_ID": "7"}, cancelled, at + 1.24) == (
+    assert signalled.line(signal.SIGTERM, {"SLURM_JOB_ID": "7"}, cancelled, at + 1.24, seen) == (
         "torchrun_jsc: stopped by SIGTERM from Slurm (the job was cancelled (scancel) or lost a"
         " node); workers ended after 1.2 s"
     )
-    assert signalled.line(signal.SIGINT, {}, None, at + 0.5) == (
+    assert signalled.line(signal.SIGINT, {}, None, at + 0.5, seen) == (
         "torchrun_jsc: stopped by SIGINT; workers ended after 0.5 s"
     )
-    assert signalled.line(signal.SIGHUP, {"SLURM_JOB_ID": "7"}, None, at) == (
+    assert signalled.line(signal.SIGHUP, {"SLURM_JOB_ID": "7"}, None, at, seen) == (
         "torchrun_jsc: stopped by SIGHUP (inside Slurm job 7, its state unknown); workers ended"
         " after 0.0 s"
     )
-    signalled.forget()
     assert signalled.line(signal.SIGTERM, {}, None, 0.0) == "torchrun_jsc: stopped by SIGTERM"
 
 
@@ -98,8 +99,8 @@ def test_only_the_first_signal_interrupts_torch() -> None:
 
     from torchrun_jsc import patches
     from torchrun_jsc.patches import params
+    from torchrun_jsc.runtime import agent
 
-    signalled.forget()
     assert patches.install(params.StopSignal()) is None
     try:
         handler: Any = api._terminate_process_handler
@@ -107,12 +108,12 @@ def test_only_the_first_signal_interrupts_torch() -> None:
             handler(signal.SIGTERM, None)
         assert handler(signal.SIGTERM, None) is None  # noted, torch's shutdown goes on
         assert handler(signal.SIGINT, None) is None
-        first = signalled.first()
+        first = agent.runtime().stops.first()
         assert first is not None and first[0] == signal.SIGTERM
     finally:
         patches.restore_all()
-        signalled.forget()
     assert api._terminate_process_handler is not handler
+    assert agent.runtime().stops.first() is None  # a new runtime after restore_all
 
 
 def test_after_the_line_further_stop_signals_are_ignored() -> None:
@@ -132,15 +133,15 @@ def test_a_held_stop_raises_nothing_the_agent_ends_by_itself() -> None:
 
     from torchrun_jsc import patches
     from torchrun_jsc.patches import params
+    from torchrun_jsc.runtime import agent
 
-    signalled.forget()
     assert patches.install(params.StopSignal()) is None
+    stops = agent.runtime().stops
     try:
         handler: Any = api._terminate_process_handler
-        signalled.hold()
+        stops.hold()
         assert handler(signal.SIGTERM, None) is None
-        assert signalled.first() is None  # not a stop: no stop line
+        assert stops.first() is None  # not a stop: no stop line
     finally:
         patches.restore_all()
-        signalled.forget()
-    assert not signalled.held()
+    assert not agent.runtime().stops.held()

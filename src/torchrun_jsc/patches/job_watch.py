@@ -8,7 +8,6 @@ the session with them in this process's runtime and hooks it into torch's agent.
 from __future__ import annotations
 
 from ..runtime import agent
-from ..runtime.failover import relaunch
 from ..runtime.watch.vocabulary import Config
 from . import _agent_hooks
 from ._common import verified
@@ -20,6 +19,7 @@ def install(config: Config) -> None:
     """Start the job watch with ``config`` (failover only where this process can start
     itself again: it was started by the torchrun_jsc command)."""
     verified(CHECKS)
-    config = config._replace(failover=config.failover and relaunch.possible())
-    session = agent.runtime().watch(config)
+    runtime = agent.runtime()
+    config = config._replace(failover=config.failover and runtime.command is not None)
+    session = runtime.watch(config)
     _agent_hooks.install(session)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..runtime.signals import signalled
+from ..runtime import agent
 from ._common import PROCESSES, Check, replace, verified
 
 CHECKS = (
@@ -26,12 +26,13 @@ CHECKS = (
 def install() -> None:
     """Wrap torch's termination handler (registered by name each time workers start)."""
     [(owner, attr, original)] = verified(CHECKS)
+    stops = agent.runtime().stops
 
     @functools.wraps(original)
     def _terminate_process_handler(signum: int, frame: Any) -> None:
-        if signalled.held():
+        if stops.held():
             return  # the agent ends by itself (a requeue)
-        if signalled.note(signum):
+        if stops.note(signum):
             original(signum, frame)  # raises SignalException: torch stops the workers
 
     replace(owner, attr, _terminate_process_handler)

@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..log import logger
-from ..runtime.signals import early_stop
+from ..runtime import agent
 from ..torch_defaults import RDZV_PORT, READ_TIMEOUT
 from ._common import C10D_BACKEND, Check, replace, verified
 from .store_answer import answered
@@ -43,6 +43,7 @@ def install(endpoint: str, wait: float, handed_over: bool = False) -> None:
     """Wait up to ``wait`` seconds for the host at ``endpoint`` (for messages); after a
     handover (``handed_over``) a host that never comes ends this agent with one line."""
     [(owner, attr, original)] = verified(CHECKS)
+    early_stop = agent.runtime().early_stop
     from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
     from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 

@@ -1,23 +1,32 @@
 """This agent process's runtime: the one object that holds what the agent runs besides torch
-(its workers' registry, the orphan watcher, the job watch's session), made at the first call of
-:func:`runtime` (the first agent-side patch installed) and dropped with the patches
-(:func:`forget`, run by ``restore_all``)."""
+(how it was started, its stop signals, its workers' registry, the orphan watcher, the job
+watch's session), made at the first call of :func:`runtime` (the ``torchrun_jsc`` command's
+first step, or the first agent-side patch ``apply_fixes()`` installs) and dropped with the
+patches (:func:`forget`, run by ``restore_all``)."""
 
 from __future__ import annotations
 
 from typing import Optional
 
+from .failover.relaunch import Command
 from .processes.orphans import Watcher
 from .processes.workers import Workers
 from .session.adapter import Session
+from .signals.early_stop import EarlyStop
+from .signals.signalled import Stops
 from .watch.vocabulary import Config
 
 
 class Runtime:
-    """What this agent process runs besides torch: its workers, their orphan watcher, and the
-    job watch (None until the ``job_watch`` patch installs it), which holds the rest."""
+    """What this agent process runs besides torch: how it was started, its stop signals (before
+    and after torch's handlers), its workers and their orphan watcher, and the job watch (None
+    until the ``job_watch`` patch installs it), which holds the rest."""
 
     def __init__(self) -> None:
+        #: How this process was started (None: not by the command; it cannot start again).
+        self.command: Optional[Command] = None
+        self.early_stop = EarlyStop()
+        self.stops = Stops()
         self.workers = Workers()
         self.orphans = Watcher()
         self.session: Optional[Session] = None
@@ -25,7 +34,7 @@ class Runtime:
     def watch(self, config: Config) -> Session:
         """Start this process's job watch with ``config`` (once; later calls return it)."""
         if self.session is None:
-            self.session = Session(config, self.workers)
+            self.session = Session(config, self.workers, self.stops, self.command)
         return self.session
 
 

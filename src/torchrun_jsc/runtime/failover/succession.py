@@ -26,6 +26,7 @@ class Watch(Protocol):
 
     config: Config
     workers: Workers
+    command: Optional[relaunch.Command]
     state: State
     protocol: Optional[JobProtocol]
     closing: threading.Event
@@ -118,7 +119,7 @@ class Succession:
                 self.watch.state.exiting
             ):  # stopped meanwhile (scancel, the time limit): no new start
                 return
-            relaunch.start_again(handed)
+            relaunch.start_again(self.watch.command, handed)
 
 
 def _thread(target: Callable[[], None], name: str) -> None:

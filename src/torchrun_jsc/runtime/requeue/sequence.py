@@ -13,7 +13,7 @@ nor reported, nor passed through torch's exit barrier. Then, in a thread:
 3. every member says it is ready; the serving node waits for all of them, requeues the job,
    and writes the outcome; every node prints it and ends (0 when requeued). Slurm's SIGTERM,
    which the requeue brings, is ignored from here on
-   (:func:`~torchrun_jsc.runtime.signals.signalled.hold`): its SIGKILL after ``KillWait`` is
+   (:meth:`~torchrun_jsc.runtime.signals.signalled.Stops.hold`): its SIGKILL after ``KillWait`` is
    the bound.
 
 **After a failure** the job cannot recover from (the first failure printed): the serving node
@@ -40,7 +40,7 @@ from ..processes.end import exit_now
 from ..processes.output import say
 from ..processes.workers import Workers
 from ..records.report import Record
-from ..signals import signalled
+from ..signals.signalled import Stops
 from ..store.bounded import bounded
 from ..store.protocol import JobProtocol
 from ..watch.vocabulary import Event
@@ -84,6 +84,8 @@ class Job(Protocol):
     def serving(self) -> bool: ...
     @property
     def workers(self) -> Workers: ...
+    @property
+    def stops(self) -> Stops: ...
     def post(self, event: Event) -> None: ...
 
 
@@ -231,7 +233,7 @@ class Requeuing:
             self.job.workers.stop_all(self.term_grace)
 
     def _ready_and_requeue(self) -> None:
-        signalled.hold()  # the requeue brings Slurm's SIGTERM
+        self.job.stops.hold()  # the requeue brings Slurm's SIGTERM
         protocol, job = self.job.protocol, self.job
         job.post(RequeuingEvent())  # the host's end is not a lost host any more
         member = bool(job.members)
@@ -285,7 +287,7 @@ class Requeuing:
     def _after_failure(
         self, records: Sequence[Record], departed: Sequence[str], minority: bool
     ) -> None:
-        signalled.hold()
+        self.job.stops.hold()
         ran = time.monotonic() - self.started
         guard = verdict(self.budget, ran, cause_of(records), records)
         if not guard.requeue:

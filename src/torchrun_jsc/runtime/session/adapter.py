@@ -49,6 +49,7 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from ...handover import Candidate
 from .. import timing
+from ..failover.relaunch import Command
 from ..failover.succession import Succession
 from ..processes.end import exit_now
 from ..processes.output import say
@@ -57,6 +58,7 @@ from ..records import failures
 from ..recovery.rounds import Rounds
 from ..recovery.spares import SpareLook
 from ..requeue.sequence import Requeuing
+from ..signals.signalled import Stops
 from ..store.bounded import bounded
 from ..store.connection import JobStore
 from ..store.protocol import JobProtocol, member_key
@@ -105,10 +107,20 @@ class Session:
     """The job watch of this agent process (one per process, in its runtime), with the
     settings the plan built."""
 
-    def __init__(self, config: Config, workers: Workers) -> None:
+    def __init__(
+        self,
+        config: Config,
+        workers: Workers,
+        stops: Optional[Stops] = None,
+        command: Optional[Command] = None,
+    ) -> None:
         self.config = config
         #: This agent's workers (the process's registry).
         self.workers = workers
+        #: The stop signals this agent got (the process's).
+        self.stops = stops or Stops()
+        #: How this process was started (None: not by the command; it cannot start again).
+        self.command = command
         self.state = State()
         self.protocol: Optional[JobProtocol] = None
         self.ledger = Ledger(self.config.report)

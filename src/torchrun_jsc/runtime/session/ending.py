@@ -18,7 +18,7 @@ from ..processes.workers import Workers
 from ..records import failures
 from ..requeue.decision import short_name
 from ..requeue.sequence import Requeuing
-from ..signals import signalled
+from ..signals.signalled import Stops
 from ..store.bounded import in_flight
 from ..watch.machine import exit_code
 from ..watch.vocabulary import Config, Event, Exiting, State
@@ -46,6 +46,7 @@ class Watch(Protocol):
 
     config: Config
     workers: Workers
+    stops: Stops
     state: State
     ledger: Ledger
     last_line: LastLine
@@ -108,7 +109,7 @@ class Ending:
         while the process tears down torch's objects can abort it). A stop signal from now on
         no longer raises in the middle of it (the agent is ending; Slurm's SIGTERM after a
         requeue by another node used to end a thawed node's last line in a traceback)."""
-        signalled.hold()
+        self.watch.stops.hold()
         try:
             # thawed: torch's main thread may end the agent before either watch thread has
             # looked again

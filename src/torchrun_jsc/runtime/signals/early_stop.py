@@ -5,7 +5,8 @@ first worker. Before that (importing torch, planning, the rendezvous, waiting fo
 SIGTERM or SIGHUP ended the agent silently with 143 or 129, and a SIGINT became the one-line
 interruption only once the main thread was back in Python (up to a connection attempt later).
 
-:func:`install` (the ``torchrun_jsc`` command's first step) gives each of those signals that
+:meth:`EarlyStop.install` (the ``torchrun_jsc`` command's first step, on the process's
+runtime's one) gives each of those signals that
 is at its default a handler of its own; the signal also wakes a thread (Python's wakeup file
 descriptor), so the stop happens at once even while the main thread is inside torch's C++. The
 agent then prints the line its later stops print (``torchrun_jsc: stopped by SIGTERM ...; no
@@ -33,15 +34,6 @@ INTERRUPTED = "torchrun_jsc: interrupted before the launch; nothing was started"
 #: The exit code of that interruption (128 + SIGINT), as a shell reports it.
 INTERRUPTED_CODE = 130
 
-_lock = threading.Lock()
-_stopping = False
-#: The signals handled here (by number), until torch's own handler replaces this one.
-_active: FrozenSet[int] = frozenset()
-_env: Mapping[str, str] = {}
-_doing: Optional[str] = None
-_doing_since = 0.0
-_exit: Callable[[int], None] = os._exit
-
 
 def _numbers(names: Iterable[str]) -> FrozenSet[int]:
     return frozenset(
@@ -49,120 +41,124 @@ def _numbers(names: Iterable[str]) -> FrozenSet[int]:
     )
 
 
-def install(env: Mapping[str, str]) -> None:
-    """Handle SIGTERM, SIGHUP and SIGQUIT (those at their default) and watch SIGINT, until
-    torch installs its handlers. Main thread only; a second call does nothing."""
-    global _env, _active
-    if threading.current_thread() is not threading.main_thread() or _active:
-        return
-    _env = env
-    active = set()
-    for number in _numbers(signalled.STOP_SIGNALS):
-        if number == signal.SIGINT:
-            if signal.getsignal(number) is signal.default_int_handler:
+class EarlyStop:
+    """The handling of stop signals before torch's: which signals it has, what the agent waits
+    for meanwhile (said in the line), and whether a stop has begun."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stopping = False
+        #: The signals handled here (by number), until torch's own handler replaces this one.
+        self._active: FrozenSet[int] = frozenset()
+        self._env: Mapping[str, str] = {}
+        self._doing: Optional[str] = None
+        self._doing_since = 0.0
+        self.exit: Callable[[int], None] = os._exit
+        #: The handler, one object (a signal's current handler is compared with it).
+        self.handler = self._handle
+
+    def install(self, env: Mapping[str, str]) -> None:
+        """Handle SIGTERM, SIGHUP and SIGQUIT (those at their default) and watch SIGINT, until
+        torch installs its handlers. Main thread only; a second call does nothing."""
+        if threading.current_thread() is not threading.main_thread() or self._active:
+            return
+        self._env = env
+        active = set()
+        for number in _numbers(signalled.STOP_SIGNALS):
+            if number == signal.SIGINT:
+                if signal.getsignal(number) is signal.default_int_handler:
+                    active.add(number)
+            elif signal.getsignal(number) is signal.SIG_DFL:
+                signal.signal(number, self.handler)
                 active.add(number)
-        elif signal.getsignal(number) is signal.SIG_DFL:
-            signal.signal(number, _handler)
-            active.add(number)
-    _active = frozenset(active)
-    _wake_thread()
+        self._active = frozenset(active)
+        self._wake_thread()
 
+    def keep_only(self, names: Iterable[str]) -> None:
+        """After the plan: only the signals torch will handle (``names``) stay here; the others
+        get their default back (torch never replaces those, and their stop is not torch's)."""
+        keep = _numbers(names)
+        for number in self._active - keep:
+            if signal.getsignal(number) == self.handler:
+                signal.signal(number, signal.SIG_DFL)
+        self._active = self._active & keep
 
-def keep_only(names: Iterable[str]) -> None:
-    """After the plan: only the signals torch will handle (``names``) stay here; the others get
-    their default back (torch never replaces those, and their stop is not torch's)."""
-    global _active
-    keep = _numbers(names)
-    for number in _active - keep:
-        if signal.getsignal(number) is _handler:
-            signal.signal(number, signal.SIG_DFL)
-    _active = _active & keep
+    def doing(self, what: Optional[str]) -> None:
+        """What the agent waits for now (said in the line of a stop), or None."""
+        self._doing, self._doing_since = what, time.monotonic()
 
+    def line(self, signum: int, info: Optional[signalled.JobInfo], now: float) -> str:
+        """``torchrun_jsc: stopped by SIGTERM (inside Slurm job 12, RUNNING); no worker had
+        started (waiting for the rendezvous host node0i:29500 for 14 s)``."""
+        head = signalled.line(signum, self._env, info, now)
+        doing = self._doing
+        waiting = f" ({doing} for {now - self._doing_since:.0f} s)" if doing else ""
+        return f"{head}; no worker had started{waiting}"
 
-def doing(what: Optional[str]) -> None:
-    """What the agent waits for now (said in the line of a stop), or None."""
-    global _doing, _doing_since
-    _doing, _doing_since = what, time.monotonic()
+    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        self._stop(signum)
 
-
-def line(signum: int, info: Optional[signalled.JobInfo], now: float) -> str:
-    """``torchrun_jsc: stopped by SIGTERM (inside Slurm job 12, RUNNING); no worker had
-    started (waiting for the rendezvous host node0i:29500 for 14 s)``."""
-    head = signalled.line(signum, _env, info, now)
-    waiting = f" ({_doing} for {now - _doing_since:.0f} s)" if _doing else ""
-    return f"{head}; no worker had started{waiting}"
-
-
-def _handler(signum: int, frame: Optional[FrameType]) -> None:
-    _stop(signum)
-
-
-def _stop(signum: int) -> None:
-    """Print the stop's line and end the process (the first caller only)."""
-    global _stopping
-    with _lock:
-        if _stopping:
-            return
-        _stopping = True
-    if signum == signal.SIGINT:
-        text, code = INTERRUPTED, INTERRUPTED_CODE
-    else:
-        job = _env.get("SLURM_JOB_ID")
-        info = signalled.ask_slurm(job) if job else None
-        text, code = line(signum, info, time.monotonic()), signalled.EXIT_CODE
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    try:
-        os.write(2, (text + "\n").encode(errors="backslashreplace"))
-    finally:
-        _exit(code)
-
-
-def interrupted() -> None:
-    """The main thread's KeyboardInterrupt before the launch: the same line, once."""
-    _stop(signal.SIGINT)
-    raise SystemExit(INTERRUPTED_CODE)  # only reached when _exit returns (tests)
-
-
-def torch_took_over(signum: int) -> bool:
-    """Whether torch's own handler (or anyone else's) has replaced this one for ``signum``."""
-    current = signal.getsignal(signum)
-    if signum == signal.SIGINT:
-        return current is not signal.default_int_handler
-    return current is not _handler
-
-
-def _consider(signum: int) -> None:
-    """A signal woke the thread: stop now if it is still this module's to handle."""
-    if signum in _active and not torch_took_over(signum):
-        _stop(signum)
-
-
-def _wake_thread() -> None:
-    """Python's wakeup file descriptor: its C-level handler writes each signal's number there
-    at once, and this thread reads it while the main thread may be inside C++."""
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    try:
-        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    except (ValueError, OSError):
-        os.close(read_end)
-        os.close(write_end)
-        return
-    thread = threading.Thread(
-        target=_read, args=(read_end,), name="torchrun_jsc-early-stop", daemon=True
-    )
-    thread.start()
-
-
-def _read(fd: int) -> None:
-    while True:
+    def _stop(self, signum: int) -> None:
+        """Print the stop's line and end the process (the first caller only)."""
+        with self._lock:
+            if self._stopping:
+                return
+            self._stopping = True
+        if signum == signal.SIGINT:
+            text, code = INTERRUPTED, INTERRUPTED_CODE
+        else:
+            job = self._env.get("SLURM_JOB_ID")
+            info = signalled.ask_slurm(job) if job else None
+            text, code = self.line(signum, info, time.monotonic()), signalled.EXIT_CODE
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
         try:
-            data = os.read(fd, 64)
-        except OSError:
+            os.write(2, (text + "\n").encode(errors="backslashreplace"))
+        finally:
+            self.exit(code)
+
+    def interrupted(self) -> None:
+        """The main thread's KeyboardInterrupt before the launch: the same line, once."""
+        self._stop(signal.SIGINT)
+        raise SystemExit(INTERRUPTED_CODE)  # only reached when exit returns (tests)
+
+    def torch_took_over(self, signum: int) -> bool:
+        """Whether torch's own handler (or anyone else's) has replaced this one for
+        ``signum``."""
+        current = signal.getsignal(signum)
+        if signum == signal.SIGINT:
+            return current is not signal.default_int_handler
+        return current != self.handler
+
+    def _consider(self, signum: int) -> None:
+        """A signal woke the thread: stop now if it is still this object's to handle."""
+        if signum in self._active and not self.torch_took_over(signum):
+            self._stop(signum)
+
+    def _wake_thread(self) -> None:
+        """Python's wakeup file descriptor: its C-level handler writes each signal's number
+        there at once, and this thread reads it while the main thread may be inside C++."""
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        try:
+            signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(read_end)
+            os.close(write_end)
             return
-        if not data:
-            return
-        for number in data:
-            _consider(number)
+        thread = threading.Thread(
+            target=self._read, args=(read_end,), name="torchrun_jsc-early-stop", daemon=True
+        )
+        thread.start()
+
+    def _read(self, fd: int) -> None:
+        while True:
+            try:
+                data = os.read(fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for number in data:
+                self._consider(number)

@@ -24,11 +24,6 @@ EXIT_CODE = 1
 #: How long the stop may wait for Slurm to say what happened to the job.
 SLURM_WAIT = 2.0
 
-_lock = threading.Lock()
-_first: Optional[Tuple[int, float]] = None
-_count = 0
-_held = threading.Event()
-
 #: Slurm's job states at a stop, and what they mean for the user.
 _SLURM_CAUSES = {
     "CANCELLED": "the job was cancelled (scancel)",
@@ -39,15 +34,37 @@ _SLURM_CAUSES = {
 }
 
 
-def note(signum: int) -> bool:
-    """Note a stop signal; whether it is the first."""
-    global _first, _count
-    with _lock:
-        _count += 1
-        if _first is None:
-            _first = (signum, time.monotonic())
-            return True
-        return False
+class Stops:
+    """The stop signals this agent got: the first one and when, and whether they are ignored
+    from now on (one per process, in its runtime: :mod:`torchrun_jsc.runtime.agent`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._first: Optional[Tuple[int, float]] = None
+        self._held = threading.Event()
+
+    def note(self, signum: int) -> bool:
+        """Note a stop signal; whether it is the first."""
+        with self._lock:
+            if self._first is None:
+                self._first = (signum, time.monotonic())
+                return True
+            return False
+
+    def hold(self) -> None:
+        """From now on stop signals are ignored: this agent ends by itself (its job is being
+        requeued, which brings Slurm's SIGTERM). Any thread may call it; the handler, in the
+        main thread, looks."""
+        self._held.set()
+
+    def held(self) -> bool:
+        """Whether stop signals are ignored (:meth:`hold`)."""
+        return self._held.is_set()
+
+    def first(self) -> Optional[Tuple[int, float]]:
+        """The first stop signal and its monotonic time, if one came."""
+        with self._lock:
+            return self._first
 
 
 #: The signals torch stops the agent with.
@@ -62,32 +79,6 @@ def ignore_further() -> None:
     for name in STOP_SIGNALS:
         with contextlib.suppress(ValueError, OSError, AttributeError):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
-
-
-def hold() -> None:
-    """From now on stop signals are ignored: this agent ends by itself (its job is being
-    requeued, which brings Slurm's SIGTERM). Any thread may call it; the handler, in the main
-    thread, looks."""
-    _held.set()
-
-
-def held() -> bool:
-    """Whether stop signals are ignored (:func:`hold`)."""
-    return _held.is_set()
-
-
-def first() -> Optional[Tuple[int, float]]:
-    """The first stop signal and its monotonic time, if one came."""
-    with _lock:
-        return _first
-
-
-def forget() -> None:
-    """No signal seen, none held (tests)."""
-    global _first, _count
-    with _lock:
-        _first, _count = None, 0
-    _held.clear()
 
 
 class JobInfo(NamedTuple):
@@ -157,9 +148,15 @@ def ask_slurm(job: str) -> Optional[JobInfo]:
     return job_info(done.stdout) if done.returncode == 0 else None
 
 
-def line(sigval: int, env: Mapping[str, str], info: Optional[JobInfo], now: float) -> str:
+def line(
+    sigval: int,
+    env: Mapping[str, str],
+    info: Optional[JobInfo],
+    now: float,
+    seen: Optional[Tuple[int, float]] = None,
+) -> str:
     """``torchrun_jsc: stopped by SIGTERM from Slurm (the job was cancelled (scancel));
-    workers ended after 1.2 s``."""
+    workers ended after 1.2 s`` (``seen``: the first stop signal and when it came)."""
     try:
         name = signal.Signals(sigval).name
     except ValueError:
@@ -173,6 +170,5 @@ def line(sigval: int, env: Mapping[str, str], info: Optional[JobInfo], now: floa
         source = f" (inside Slurm job {job}, {state})"
     else:
         source = ""
-    seen = first()
     took = f"; workers ended after {now - seen[1]:.1f} s" if seen is not None else ""
     return f"torchrun_jsc: stopped by {name}{source}{took}"
