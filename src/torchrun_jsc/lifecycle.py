@@ -122,17 +122,18 @@ def plan_agent_side(
     ]
     if parts:
         side.patch(params.JobWatch(config=config), "; ".join(parts), at=watch_at)
-    waits = fixing and is_host is False and (request.handover is not None or settings.wait_for_host)
-    _store_answer(side, request, waits)
+    answer_at = len(side.patches)
+    waits = fixing and _wait_for_host(side, request, facts, is_host)
+    _store_answer(side, request, waits, answer_at)
     if fixing:
-        _wait_for_host(side, request, facts, is_host)
         _rank_order(side, request)
 
 
-def _store_answer(side: Collector, request: Request, waits: bool) -> None:
+def _store_answer(side: Collector, request: Request, waits: bool, at: int) -> None:
     """A rendezvous store that accepts and never answers is named and ends the agent (torch's
     c10d rendezvous; ``--standalone``'s own port is free by construction); ``waits``:
-    ``wait_for_host`` is installed next and bounds the calls told ``is_host=0`` itself."""
+    ``wait_for_host`` is installed (after this one, which goes ``at`` its place) and bounds the
+    calls told ``is_host=0`` itself."""
     options = request.options
     if options is None or options.rdzv_backend != "c10d" or options.standalone:
         return
@@ -140,6 +141,7 @@ def _store_answer(side: Collector, request: Request, waits: bool) -> None:
         params.StoreAnswer(clients=not waits),
         "a rendezvous store that never answers: said after read_timeout, one line and exit 1"
         " after join_timeout",
+        at=at,
     )
 
 
@@ -370,7 +372,9 @@ def _host_name(step: SlurmStep, host_node_rank: int) -> str:
 
 def _wait_for_host(
     side: Collector, request: Request, facts: NodeFacts, is_host: Optional[bool]
-) -> None:
+) -> bool:
+    """Whether this node waits for its host (the ``wait_for_host`` patch is installed); a host
+    that started late gets a shorter join_timeout here."""
     settings, endpoint = request.settings, request.endpoint
     assert endpoint is not None
     join = request.conf_seconds("join_timeout")
@@ -378,13 +382,12 @@ def _wait_for_host(
     age = facts.step_age or 0.0
     handed = request.handover
     if handed is not None:
-        _wait_after_handover(side, endpoint.text, handed, is_host)
-        return
+        return _wait_after_handover(side, endpoint.text, handed, is_host)
     if not settings.wait_for_host:
         side.decide(
             "waiting for the host", f"read_timeout ({read} s)", "TORCHRUN_JSC_WAIT_FOR_HOST=0"
         )
-        return
+        return False
     if is_host is False:
         wait = max(join - age, float(read))
         side.patch(
@@ -392,7 +395,8 @@ def _wait_for_host(
         )
         since = f", {age:.0f} s of it gone since the Slurm step started" if age >= 1 else ""
         side.decide("waiting for the host", f"{wait:.0f} s", f"join_timeout {join} s{since}")
-    elif is_host and facts.step_age is not None and facts.step_age >= LATE_HOST:
+        return True
+    if is_host and facts.step_age is not None and facts.step_age >= LATE_HOST:
         left = int(join - facts.step_age)
         side.conf["join_timeout"] = str(max(left, MIN_JOIN))
         why = (
@@ -406,13 +410,15 @@ def _wait_for_host(
                 f" step, later than the other nodes wait for it (join_timeout {join} s): they"
                 " have probably given up"
             )
+    return False
 
 
 def _wait_after_handover(
     side: Collector, endpoint: str, handed: Handover, is_host: Optional[bool]
-) -> None:
+) -> bool:
     """After a handover the next host has ``handed.wait`` seconds: the others wait that long
-    for it, and it waits that long for them (a bound each can name)."""
+    for it (whether this node does), and it waits that long for them (a bound each can
+    name)."""
     wait = handed.wait
     if is_host is False:
         side.patch(
@@ -420,9 +426,11 @@ def _wait_after_handover(
             "the next host after a handover",
         )
         side.decide("waiting for the host", f"{wait:g} s", "the next host after a handover")
-    elif is_host:
+        return True
+    if is_host:
         side.conf["join_timeout"] = str(max(int(wait), MIN_JOIN))
         side.decide("join_timeout", side.conf["join_timeout"], "after a handover: the others' wait")
+    return False
 
 
 def _rank_order(side: Collector, request: Request) -> None:
