@@ -2,7 +2,8 @@
 :class:`torchrun_jsc.runtime.store.connection.JobStore` (what the protocol needs) on a dict,
 with the two ways a real store goes wrong (an operation that hangs; one that fails) at the test's
 command. Tests speak to it through :class:`torchrun_jsc.runtime.store.protocol.JobProtocol`, never
-by key names, except where a test is about the encoding itself (tests/unit/test_protocol.py).
+by key names, except where a test is about the encoding itself
+(tests/unit/runtime/store/test_protocol.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Sessions of the job watch on the fake store, and the records and lines their tests compare
-(test_session_*.py)."""
+(tests/unit/runtime/session/)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,10 @@ from typing import List, Optional, Tuple
 
 import pytest
 
+from tests.unit.fakestore import FakeStore
+from tests.unit.layouts import ib
+from tests.unit.runtime.watch.test_machine_recovery import RECOVER
+from tests.unit.sessions import with_store
 from torchrun_jsc import handover
 from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.handover import Candidate, Handover
@@ -34,11 +38,6 @@ from torchrun_jsc.runtime.watch.vocabulary import (
     StoreQuiet,
     WorkersEnded,
 )
-
-from .fakestore import FakeStore
-from .layouts import ib
-from .sessions import with_store
-from .test_watch_recovery import RECOVER
 
 
 def key(i: int, rank: Optional[int] = None, pid: int = 4000) -> str:

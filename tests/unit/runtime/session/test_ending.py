@@ -10,6 +10,7 @@ from typing import Any, List, Tuple
 import pytest
 
 from tests.unit.fakestore import FakeStore
+from tests.unit.sessions import err_lines, new_session, rec, with_store
 from torchrun_jsc.runtime import timing
 from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.records.report import FAILED, LOST
@@ -18,8 +19,6 @@ from torchrun_jsc.runtime.session.threads import Heartbeats, Round
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.heartbeats import Tracker
 from torchrun_jsc.runtime.watch.vocabulary import Config, Member, Phase, State, WorkersEnded
-
-from .sessions import err_lines, new_session, rec, with_store
 
 # --------------------------------------------------------------------------- the process's end
 

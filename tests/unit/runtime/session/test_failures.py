@@ -10,6 +10,7 @@ from typing import Any, List
 
 import pytest
 
+from tests.unit.sessions import NOON, new_session
 from torchrun_jsc.runtime import timing
 from torchrun_jsc.runtime.processes.workers import Workers
 from torchrun_jsc.runtime.records import failures
@@ -17,8 +18,6 @@ from torchrun_jsc.runtime.records.report import FAILED
 from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.timing import STORE_TIMEOUT
 from torchrun_jsc.runtime.watch.vocabulary import Ask, Config, Phase, State, WorkersEnded
-
-from .sessions import NOON, new_session
 
 
 class _Failure:

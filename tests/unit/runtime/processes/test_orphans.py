@@ -13,9 +13,8 @@ from typing import Optional
 
 import pytest
 
+from tests.unit.procs import children
 from torchrun_jsc.runtime.processes import orphans, workers
-
-from .procs import children
 
 
 def test_watcher_reads_what_the_agent_wrote() -> None:

@@ -10,6 +10,7 @@ from typing import Any, List
 import pytest
 
 from tests.unit.fakestore import FakeStore
+from tests.unit.sessions import err_lines, new_session, rec, with_store
 from torchrun_jsc.runtime import timing
 from torchrun_jsc.runtime.records import report
 from torchrun_jsc.runtime.records.report import FAILED, LOST, STOPPED, Record
@@ -17,8 +18,6 @@ from torchrun_jsc.runtime.session.adapter import Session
 from torchrun_jsc.runtime.session.ledger import LastLine, Ledger
 from torchrun_jsc.runtime.store.protocol import JobProtocol
 from torchrun_jsc.runtime.watch.vocabulary import Phase, State
-
-from .sessions import err_lines, new_session, rec, with_store
 
 # --------------------------------------------------------------------------- the last line
 
