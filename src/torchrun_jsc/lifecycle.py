@@ -110,11 +110,11 @@ def plan_agent_side(
     else:
         side.decide("failure report", "off", "TORCHRUN_JSC_FAILURE_REPORT=0")
     requeue = _requeue(side, request, forward)
-    timeout = config.peer_timeout
+    peer_timeout = config.peer_timeout
     parts = [
         what
         for what, on in (
-            (f"heartbeats; a node quiet for {timeout:g} s is lost", config.watching_peers),
+            (f"heartbeats; a node quiet for {peer_timeout:g} s is lost", config.watching_peers),
             (f"the first failure of {scope}", config.report),
             ("the requeue's view of the job", requeue),
         )
@@ -193,8 +193,8 @@ def _this_node(request: Request, facts: NodeFacts, is_host: Optional[bool], fixi
 
 def _peer_watch(side: Collector, request: Request, config: Config, fixing: bool) -> Config:
     """``config`` with heartbeats on, when there are peers to watch."""
-    timeout = request.settings.peer_timeout
-    if timeout <= 0:
+    peer_timeout = request.settings.peer_timeout
+    if peer_timeout <= 0:
         side.decide("lost nodes", "not watched", "TORCHRUN_JSC_PEER_TIMEOUT=0")
         return config
     if not fixing:
@@ -209,9 +209,9 @@ def _peer_watch(side: Collector, request: Request, config: Config, fixing: bool)
         else "is watched by group rank 0"
     )
     side.decide(
-        "lost nodes", f"after {timeout:g} s", f"heartbeats through the store; this node {role}"
+        "lost nodes", f"after {peer_timeout:g} s", f"heartbeats through the store; this node {role}"
     )
-    return config._replace(peer_timeout=timeout)
+    return config._replace(peer_timeout=peer_timeout)
 
 
 def _recovery(side: Collector, request: Request, config: Config, fixing: bool) -> Config:

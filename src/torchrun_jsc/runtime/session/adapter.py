@@ -312,10 +312,10 @@ class Session:
         than at the watch threads' next look: before torch's monitor (it must not restart the
         workers into a round that went on without this node) and at the process's end."""
         watchdog, protocol = self.watchdog, self.protocol
-        timeout = self.config.peer_timeout
-        if watchdog is not None and protocol is not None and timeout > 0:
+        peer_timeout = self.config.peer_timeout
+        if watchdog is not None and protocol is not None and peer_timeout > 0:
             paused = watchdog.paused()
-            if paused >= timeout:
+            if paused >= peer_timeout:
                 self.post(paused_for(protocol, paused))
 
     def may_close(self) -> bool:

@@ -35,21 +35,23 @@ class Heartbeats:
     def __init__(
         self,
         protocol: JobProtocol,
-        timeout: float,
+        peer_timeout: float,
         post: Callable[[Event], None],
         told_to_stop: Callable[[], None],
         round_now: Callable[[], Round],
         closing: threading.Event,
     ) -> None:
         self.protocol = protocol
-        self.timeout = timeout
+        self.peer_timeout = peer_timeout
+        #: Seconds between two beats (the interval for the peer timeout).
+        self.interval = heartbeats.interval_for(peer_timeout)
         self.post = post
         self.told_to_stop = told_to_stop
         self.round_now = round_now
         self.closing = closing
-        self.tracker = Tracker(timeout)
+        self.tracker = Tracker(peer_timeout)
         self._known: List[str] = []
-        self.spare_tracker = Tracker(timeout)
+        self.spare_tracker = Tracker(peer_timeout)
         self._spares: List[str] = []
         #: Every spare key read from the store so far (only new slots are read again).
         self._registered: List[str] = []
@@ -60,7 +62,7 @@ class Heartbeats:
 
     def run(self) -> None:
         """The heartbeat thread's loop, until the process ends."""
-        interval = heartbeats.interval_for(self.timeout)
+        interval = self.interval
         while not self.closing.is_set():
             try:
                 current = self.round_now()
@@ -83,7 +85,7 @@ class Heartbeats:
         if self.closing.wait(interval):
             return
         paused = time.monotonic() - started - interval
-        if paused >= self.timeout:
+        if paused >= self.peer_timeout:
             self.post(paused_for(self.protocol, paused))
 
     def _follow(
@@ -149,7 +151,7 @@ class Heartbeats:
     def quiet(self, me: str) -> Dict[str, float]:
         """Every other member's seconds of quiet (workers not done), as of now; empty unless
         the counters were read within the last two heartbeats (else they tell nothing)."""
-        now, interval = time.monotonic(), heartbeats.interval_for(self.timeout)
+        now, interval = time.monotonic(), self.interval
         if self._scanned is None or now - self._scanned > 2 * interval:
             return {}
         return {k: q for k, q in self.tracker.quiet(now).items() if k != me}

@@ -15,20 +15,20 @@ from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Tuple
 from .. import timing
 
 
-def interval_for(timeout: float) -> float:
+def interval_for(peer_timeout: float) -> float:
     """Seconds between heartbeats for a peer timeout: a quarter of it, at most 5 s (one small
     store operation per node every 5 s at the default timeout of 60 s)."""
-    return min(5.0, timeout / 4)
+    return min(5.0, peer_timeout / 4)
 
 
-def host_lost(stuck: float, silent: float, timeout: float, done: bool) -> bool:
+def host_lost(stuck: float, silent: float, peer_timeout: float, done: bool) -> bool:
     """Whether a node has lost the rendezvous host: its store operation in flight has hung for
     the peer timeout, or (while its workers run) no operation has succeeded for the timeout and
     one heartbeat interval. Once its workers are done, failing operations are no loss: after a
     good end the host may have left first."""
-    if stuck >= timeout:
+    if stuck >= peer_timeout:
         return True
-    return not done and silent >= timeout + interval_for(timeout)
+    return not done and silent >= peer_timeout + interval_for(peer_timeout)
 
 
 def sort_out(quiet: Mapping[str, float], beat: float) -> Tuple[List[str], List[str]]:
@@ -46,8 +46,8 @@ def sort_out(quiet: Mapping[str, float], beat: float) -> Tuple[List[str], List[s
 class Tracker:
     """The watcher's view: for every member, the last counter value and when it changed."""
 
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
+    def __init__(self, peer_timeout: float) -> None:
+        self.peer_timeout = peer_timeout
         self._value: Dict[str, Optional[Hashable]] = {}
         self._changed: Dict[str, float] = {}
         self._done: Dict[str, bool] = {}
@@ -83,7 +83,7 @@ class Tracker:
         return sorted(
             key
             for key, changed in self._changed.items()
-            if now - changed >= self.timeout and not self._done.get(key)
+            if now - changed >= self.peer_timeout and not self._done.get(key)
         )
 
     def quiet_for(self, key: str, now: float) -> float:

@@ -285,16 +285,16 @@ def _cannot_go_on(config: Config, event: MembersLost) -> Optional[str]:
 
 
 def _store_quiet(config: Config, state: State, event: StoreQuiet) -> Decision:
-    timeout = config.peer_timeout
-    if event.paused >= timeout:
+    peer_timeout = config.peer_timeout
+    if event.paused >= peer_timeout:
         return _resumed(config, state, event)
     if config.failover and event.paused >= config.beat_interval:
         state = state._replace(paused_until=event.now, paused_for=event.paused)
-    if not heartbeats.host_lost(event.stuck, event.silent, timeout, state.succeeded):
+    if not heartbeats.host_lost(event.stuck, event.silent, peer_timeout, state.succeeded):
         return state, ()
     line = (
         f"torchrun_jsc: the rendezvous host {config.endpoint} has not answered for"
-        f" {event.silent:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT={timeout:g})"
+        f" {event.silent:.0f} s (TORCHRUN_JSC_PEER_TIMEOUT={peer_timeout:g})"
     )
     what = f"the rendezvous host {config.endpoint}"
     if config.failover:

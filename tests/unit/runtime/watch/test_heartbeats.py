@@ -10,7 +10,7 @@ from torchrun_jsc.runtime.watch.vocabulary import Config
 
 
 def test_tracker_declares_a_quiet_member_lost_after_the_timeout() -> None:
-    t = Tracker(timeout=60)
+    t = Tracker(peer_timeout=60)
     t.members(["a", "b"], now=0)
     assert t.observe({"a": 1, "b": 1}, now=5) == []
     for second in range(10, 65, 5):
@@ -21,21 +21,21 @@ def test_tracker_declares_a_quiet_member_lost_after_the_timeout() -> None:
 
 def test_tracker_a_paused_watcher_raises_no_false_alarm() -> None:
     """The watcher itself frozen for 5 minutes: every live counter moved on meanwhile."""
-    t = Tracker(timeout=60)
+    t = Tracker(peer_timeout=60)
     t.members(["a", "b"], now=0)
     t.observe({"a": 1, "b": 1}, now=1)
     assert t.observe({"a": 61, "b": 58}, now=301) == []
 
 
 def test_tracker_finished_members_may_go_quiet() -> None:
-    t = Tracker(timeout=10)
+    t = Tracker(peer_timeout=10)
     t.members(["a", "b"], now=0)
     t.finished("b")
     assert t.observe({"a": 5, "b": 1}, now=100) == []
 
 
 def test_tracker_new_round_keeps_history_and_starts_newcomers_now() -> None:
-    t = Tracker(timeout=10)
+    t = Tracker(peer_timeout=10)
     t.members(["a", "b"], now=0)
     t.members(["a", "c"], now=8)
     assert t.observe({"a": 1, "c": None}, now=12) == []  # c: new, counted from 8
