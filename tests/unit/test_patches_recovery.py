@@ -94,3 +94,52 @@ def test_failover_is_on_only_in_a_process_the_command_started(started: bool) -> 
     assert patches.install(params.JobWatch(config=config)) is None
     session = agent.runtime().session
     assert session is not None and session.config == config._replace(failover=started)
+
+
+def test_the_job_watch_is_made_of_the_runtimes_parts() -> None:
+    """One runtime object: the session the job_watch patch makes shares the process's workers,
+    stop signals and start command."""
+    from torchrun_jsc.runtime.failover.relaunch import Command
+
+    runtime = agent.runtime()
+    runtime.command = Command.of(["train.py"], {})
+    assert patches.install(params.JobWatch(config=Config(hostname="node1"))) is None
+    session = runtime.session
+    assert session is not None
+    assert (session.workers, session.stops, session.command) == (
+        runtime.workers,
+        runtime.stops,
+        runtime.command,
+    )
+
+
+def test_the_requeue_declines_without_the_job_watch_it_is_part_of() -> None:
+    from torchrun_jsc.runtime.requeue.decision import Budget
+
+    budget = Budget(job="12", done=0, most=3, min_run=600.0, grace=60.0, signal="SIGUSR1")
+    reason = patches.install(params.Requeue(budget=budget))
+    assert reason is not None and "job watch" in reason
+
+
+def test_torchs_hooks_follow_the_runtimes_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hooks read the runtime's session at each call: with the runtime dropped, torch's
+    own call runs as it is."""
+    from torch.distributed.elastic.agent.server import api
+
+    seen: List[str] = []
+
+    def rendezvous(self: Any, worker_group: Any) -> None:
+        seen.append("torch")
+
+    monkeypatch.setattr(api.SimpleElasticAgent, "_rendezvous", rendezvous)
+    assert patches.install(params.JobWatch(config=Config(hostname="node1"))) is None
+    session = agent.runtime().session
+    assert session is not None
+    monkeypatch.setattr(session, "before_rendezvous", lambda a, g: seen.append("before"))
+    monkeypatch.setattr(session, "after_rendezvous", lambda a, g: seen.append("after"))
+    hooked: Any = api.SimpleElasticAgent._rendezvous
+    hooked(object(), object())
+    assert seen == ["before", "torch", "after"]
+    agent.forget()  # the runtime dropped while the hook stays
+    hooked(object(), object())
+    assert seen == ["before", "torch", "after", "torch"]

@@ -7,7 +7,6 @@ import inspect
 from typing import Any, Callable, Iterable, List, NamedTuple, Sequence, Tuple, Union
 
 from ..errors import PatchDeclinedError
-from ..runtime import agent
 
 #: The torch modules more than one patch reaches into, spelled once.
 DYNAMIC_RENDEZVOUS = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
@@ -85,7 +84,10 @@ def on_restore(undo: Callable[[], None]) -> None:
 
 def restore_all() -> None:
     """Undo every patch installed in this process (newest first), then drop the runtime they
-    shared (:func:`torchrun_jsc.runtime.agent.forget`)."""
+    shared (:func:`torchrun_jsc.runtime.agent.forget`: its orphan watcher ends, killing the
+    workers it was told of, and its registry and stop signals start afresh)."""
+    from ..runtime import agent  # here: planning a launch does not load the runtime
+
     while _UNDO:
         entry = _UNDO.pop()
         if callable(entry):

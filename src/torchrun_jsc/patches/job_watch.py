@@ -21,5 +21,5 @@ def install(config: Config) -> None:
     verified(CHECKS)
     runtime = agent.runtime()
     config = config._replace(failover=config.failover and runtime.command is not None)
-    session = runtime.watch(config)
-    _agent_hooks.install(session)
+    runtime.watch(config)
+    _agent_hooks.install()

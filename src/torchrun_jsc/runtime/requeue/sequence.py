@@ -2,8 +2,8 @@
 
 **The warning signal** (Slurm's, before the time limit; SIGUSR1 by default). The agent's
 handler marks the requeue pending at once, in torch's main thread: from its next look on,
-torch's monitor waits here (:func:`park`), so that workers that end now are neither restarted
-nor reported, nor passed through torch's exit barrier. Then, in a thread:
+torch's monitor waits here (:meth:`Requeuing.park`), so that workers that end now are neither
+restarted nor reported, nor passed through torch's exit barrier. Then, in a thread:
 
 1. the loop guard (every node decides it alike); the node serving the rendezvous store asks
    Slurm whether the job can be requeued and writes the verdict, the others read it. No: torch's

@@ -24,7 +24,7 @@ class Round(NamedTuple):
     serving: bool
     restarts_left: bool
     #: Recovery: the watcher also counts the live spares, of those the job had when the
-    #: round formed (``spares``; :mod:`.watch.quorum`).
+    #: round formed (``spares``; :mod:`..watch.quorum`).
     recovery: bool = False
     spares: Sequence[str] = ()
 
