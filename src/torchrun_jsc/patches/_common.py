@@ -86,7 +86,7 @@ def restore_all() -> None:
     """Undo every patch installed in this process (newest first), then drop the runtime they
     shared (:func:`torchrun_jsc.runtime.agent.forget`: its orphan watcher ends, killing the
     workers it was told of, and its registry and stop signals start afresh)."""
-    from ..runtime import agent  # here: planning a launch does not load the runtime
+    from ..runtime import agent  # here: not every user of the patch mechanism needs it
 
     while _UNDO:
         entry = _UNDO.pop()

@@ -6,15 +6,18 @@ patches (:func:`forget`, run by ``restore_all``)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from .failover.relaunch import Command
 from .processes.orphans import Watcher
 from .processes.workers import Workers
-from .session.adapter import Session
 from .signals.early_stop import EarlyStop
 from .signals.signalled import Stops
-from .watch.vocabulary import Config
+
+if TYPE_CHECKING:  # the session is loaded when the job watch starts: the command's first
+    # step (the early stop, before torch is imported) stays light
+    from .failover.relaunch import Command
+    from .session.adapter import Session
+    from .watch.vocabulary import Config
 
 
 class Runtime:
@@ -33,6 +36,8 @@ class Runtime:
 
     def watch(self, config: Config) -> Session:
         """Start this process's job watch with ``config`` (once; later calls return it)."""
+        from .session.adapter import Session
+
         if self.session is None:
             self.session = Session(config, self.workers, self.stops, self.command)
         return self.session
