@@ -1,0 +1,164 @@
+"""One line of the event log: the documented events, and their encoding as one JSON object per
+line. Pure.
+
+Every line has ``time`` (ISO 8601, UTC, milliseconds), ``event`` (one of :data:`EVENTS`),
+``job`` (the Slurm job id, ``""`` outside Slurm), ``run`` (the job's requeue count,
+``SLURM_RESTART_COUNT``), ``node`` (the writer's Slurm name) and the event's own fields.
+Nodes are named ``{"name": ..., "node_rank": ...}`` (``node_rank`` null when not known).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+#: The events, each with what it means and its own fields (docs/events.md renders this table).
+EVENTS: Mapping[str, Tuple[str, str]] = MappingProxyType(
+    {
+        "launch": (
+            "the rendezvous host's agent started (each run, and again after a handover)",
+            "`torch`, `torchrun_jsc` (versions), `nodes` (the allocation's node count),"
+            " `nnodes` (`--nnodes`), `max_restarts`, `peer_timeout`, `recovery`, `failover`,"
+            " `requeue`",
+        ),
+        "round": (
+            "a rendezvous round formed (the first, and each after a restart)",
+            "`restart` (the job's restart count; 0 for the first round), `members` (in node-rank"
+            " order), `spares` (nodes waiting to take a lost node's place), `host` (the"
+            " rendezvous host)",
+        ),
+        "lost": (
+            "a node was declared lost",
+            "`lost` (the node), `detection` (`heartbeat`), `quiet` (seconds without a sign of"
+            " it), `last_seen` (ISO 8601), `next` (`restart` or `stop`)",
+        ),
+        "restart": (
+            "the job went on after a loss: the new round formed",
+            "`restart`, `left`, `came` (nodes; `came` holds the spares that joined), `size`",
+        ),
+        "handover": (
+            "the rendezvous host was lost and this node hosts the next round",
+            "`lost` (what was lost), `restart`, `lost_nodes` (node ranks lost so far)",
+        ),
+        "stop": (
+            "the job is stopping",
+            "`cause` (the launcher's line)",
+        ),
+        "requeue": (
+            "the job was put back into the queue (or refused it)",
+            "`cause`, `excluded` (Slurm names), `done` (true when Slurm took it), `line`",
+        ),
+        "end": (
+            "the rendezvous host's agent ends",
+            "`exit_code`, `outcome` (`succeeded`, `failed`, `handed over`)",
+        ),
+    }
+)
+
+
+class Entry(NamedTuple):
+    """One event as written: its wall-clock ``time`` (seconds since the epoch), ``event``
+    (a key of :data:`EVENTS`), the ``job`` and its ``run`` (requeue count), the writing
+    ``node`` and the event's own ``fields``."""
+
+    time: float
+    event: str
+    job: str = ""
+    run: int = 0
+    node: str = ""
+    fields: Mapping[str, Any] = MappingProxyType({})
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """One of the event's own fields."""
+        return self.fields.get(name, default)
+
+
+#: The keys every line has (an event's own fields may not use them).
+COMMON = ("time", "event", "job", "run", "node")
+
+
+def iso(seconds: float) -> str:
+    """``2026-12-05T10:21:07.123Z`` for wall-clock ``seconds``."""
+    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_time(text: str) -> Optional[float]:
+    """Seconds since the epoch of an ISO 8601 time (``Z`` or an offset), None if it is not
+    one."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def node(name: str, node_rank: Optional[int]) -> Dict[str, Any]:
+    """A node as events name it."""
+    return {"name": name, "node_rank": node_rank}
+
+
+def encode(entry: Entry) -> str:
+    """The line for ``entry`` (no newline): the common keys first, then its own fields in
+    name order."""
+    head: Dict[str, Any] = {
+        "time": iso(entry.time),
+        "event": entry.event,
+        "job": entry.job,
+        "run": entry.run,
+        "node": entry.node,
+    }
+    own = {k: entry.fields[k] for k in sorted(entry.fields) if k not in COMMON}
+    return json.dumps({**head, **own}, separators=(",", ":"), default=str)
+
+
+def decode(line: str) -> Optional[Entry]:
+    """The entry of one line, or None for a line that is not one (truncated, corrupted, an
+    unknown event, a bad time): never raises."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    stamp = data.get("time")
+    event, when = data.get("event"), parse_time(stamp) if isinstance(stamp, str) else None
+    job, run, name = data.get("job", ""), data.get("run", 0), data.get("node", "")
+    if not isinstance(event, str) or event not in EVENTS:
+        return None
+    if when is None or not math.isfinite(when):
+        return None
+    if not isinstance(job, str) or not isinstance(name, str):
+        return None
+    if not isinstance(run, int) or isinstance(run, bool) or run < 0:
+        return None
+    own = MappingProxyType({k: v for k, v in data.items() if k not in COMMON})
+    return Entry(when, event, job, run, name, own)
+
+
+class Read(NamedTuple):
+    """The entries of some lines, in time order, and how many lines were skipped."""
+
+    entries: Tuple[Entry, ...]
+    skipped: int
+
+
+def read(lines: Sequence[str]) -> Read:
+    """The entries of ``lines`` (blank lines ignored, others that are no entry counted),
+    sorted by time (stable: lines of one time keep their order)."""
+    entries: List[Entry] = []
+    skipped = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        entry = decode(line)
+        if entry is None:
+            skipped += 1
+        else:
+            entries.append(entry)
+    return Read(tuple(sorted(entries, key=lambda e: e.time)), skipped)
