@@ -30,6 +30,7 @@ def prepare(
         script=request.script_path,
         log_dir=options.log_dir if options is not None else None,
         numa=options is not None and options.numa_binding is not None,
+        events=request.settings.events,
     )
     plan = make_plan(request, str(torch.__version__), node)
     return Prepared(request, node, plan)

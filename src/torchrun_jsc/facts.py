@@ -6,6 +6,7 @@ Tests build :class:`NodeFacts` by hand to describe any cluster layout.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from types import MappingProxyType
@@ -58,6 +59,8 @@ class NodeFacts(NamedTuple):
     #: Why python cannot run the training script here (``does not exist``; None: it can, or
     #: the script is a module or a program), and why torch cannot use ``--log_dir`` here.
     script_problem: Optional[str] = None
+    #: Whether ``TORCHRUN_JSC_EVENTS`` names a folder that exists here.
+    events_folder: bool = False
     log_dir_problem: Optional[str] = None
     #: With ``--numa-binding``: whether ``numactl`` is on this node's PATH (None: not looked).
     numactl: Optional[bool] = None
@@ -81,11 +84,13 @@ def gather(
     script: Optional[str] = None,
     log_dir: Optional[str] = None,
     numa: bool = False,
+    events: Optional[str] = None,
 ) -> NodeFacts:
     """Look at this machine: hostname, interfaces and, if given, the endpoint's reachability,
     what ``--local_addr`` names (one look-up, no retry), what torch makes of a
     ``--nproc_per_node`` word here (it asks the devices), whether the training script and
-    ``--log_dir`` can be used here, and (``numa``) whether numactl is on the PATH."""
+    ``--log_dir`` can be used here, (``numa``) whether numactl is on the PATH, and whether
+    ``events`` (``TORCHRUN_JSC_EVENTS``) is a folder."""
     import shutil
     import sys
 
@@ -132,6 +137,7 @@ def gather(
         local_addr_own=tuple(a for a in given if network.is_local_address(a)),
         script_problem=script_problem(script) if script is not None else None,
         log_dir_problem=log_dir_problem(log_dir) if log_dir is not None else None,
+        events_folder=bool(events) and os.path.isdir(events or ""),
         numactl=shutil.which("numactl") is not None if numa else None,
         seconds=time.monotonic() - started,
     )

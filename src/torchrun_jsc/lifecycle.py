@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from . import __version__
 from .decisions import Collector
 from .facts import NodeFacts
 from .handover import Handover
 from .patches import params
 from .patches.params import AGENT_SIDE
 from .request import Request, handled_signals
+from .runtime.events.entry import LogTarget
 from .runtime.requeue.decision import Budget
 from .runtime.watch.vocabulary import Config
 from .slurm import SlurmStep, expand_hostlist
@@ -110,6 +112,7 @@ def plan_agent_side(
     else:
         side.decide("failure report", "off", "TORCHRUN_JSC_FAILURE_REPORT=0")
     requeue = _requeue(side, request, forward)
+    config = _events(side, request, version, facts, config, fixing)
     peer_timeout = config.peer_timeout
     parts = [
         what
@@ -117,6 +120,7 @@ def plan_agent_side(
             (f"heartbeats; a node quiet for {peer_timeout:g} s is lost", config.watching_peers),
             (f"the first failure of {scope}", config.report),
             ("the requeue's view of the job", requeue),
+            ("the event log", config.events is not None),
         )
         if on
     ]
@@ -351,6 +355,58 @@ def _requeue(side: Collector, request: Request, forward: Tuple[str, ...]) -> boo
         "TORCHRUN_JSC_REQUEUE_STOP_CODE: the script ends the chain of requeues",
     )
     return True
+
+
+def _events(
+    side: Collector,
+    request: Request,
+    version: TorchVersion,
+    facts: NodeFacts,
+    config: Config,
+    fixing: bool,
+) -> Config:
+    """``config`` with the event log, where there is one to write."""
+    given, step = request.settings.events, request.slurm
+    job = step.job_id if step is not None and step.job_id else ""
+    if given == "":
+        side.decide("event log", "off", "TORCHRUN_JSC_EVENTS=none")
+        return config
+    if given is None and not job:
+        side.decide("event log", "off", "not a Slurm job; TORCHRUN_JSC_EVENTS=FILE writes one")
+        return config
+    if not fixing:
+        side.decide("event log", "off", "no multi-node c10d rendezvous host to write it")
+        return config
+    name = f"torchrun_jsc-{job or config.run_id}.events.jsonl"
+    if given is None:
+        folder = step.submit_dir if step is not None and step.submit_dir else "."
+        path, why = f"{folder.rstrip('/') or '/'}/{name}", "in the job's submit directory"
+    elif facts.events_folder or given.endswith("/"):
+        path, why = f"{given.rstrip('/') or '/'}/{name}", "TORCHRUN_JSC_EVENTS names a folder"
+    else:
+        path, why = given, "TORCHRUN_JSC_EVENTS"
+    options = request.options
+    assert options is not None
+    launch = (
+        ("torch", str(version)),
+        ("torchrun_jsc", __version__),
+        ("nnodes", options.nnodes),
+        ("max_restarts", options.max_restarts),
+        ("peer_timeout", config.peer_timeout),
+        ("recovery", config.recovery),
+        ("failover", config.failover),
+        ("requeue", request.settings.requeue),
+    )
+    nodes = step.num_nodes if step is not None and step.num_nodes else options.max_nodes
+    target = LogTarget(
+        path=path,
+        job=job,
+        run=step.restart_count or 0 if step is not None else 0,
+        nodes=nodes,
+        launch=(*launch, ("nodes", nodes)),
+    )
+    side.decide("event log", path, f"{why}; the rendezvous host appends to it")
+    return config._replace(events=target)
 
 
 def _lost_before(step: SlurmStep, request: Request) -> Tuple[str, ...]:

@@ -294,6 +294,8 @@ class SlurmStep(NamedTuple):
     system_name: Optional[str] = None
     #: How often the job was requeued (Slurm sets it from the first requeue on).
     restart_count: Optional[int] = None
+    #: The folder the job was submitted from (``SLURM_SUBMIT_DIR``).
+    submit_dir: Optional[str] = None
     #: (field, one-line error) for every field whose variable could not be read.
     problems: Tuple[Tuple[str, str], ...] = ()
 
@@ -321,6 +323,7 @@ class SlurmStep(NamedTuple):
             job_id=job_id,
             step_id=envvars.value(env, "SLURM_STEP_ID"),
             system_name=envvars.value(env, "SYSTEMNAME"),
+            submit_dir=envvars.value(env, "SLURM_SUBMIT_DIR"),
             problems=tuple(problems),
             **values,  # type: ignore[arg-type]
         )

@@ -363,3 +363,18 @@ def test_the_readme_settings_table_is_the_generated_one() -> None:
     )
     for variable in VARIABLES:
         assert f"`{variable.name}`" in block and variable.short, variable.name
+
+
+def test_the_events_doc_table_is_the_generated_one() -> None:
+    """docs/events.md's table is written from events.entry.EVENTS."""
+    from pathlib import Path
+
+    from torchrun_jsc.runtime.events.entry import markdown_table
+
+    doc = (Path(__file__).parents[2] / "docs" / "events.md").read_text()
+    block = doc.split("<!-- events:begin", 1)[1].split("-->", 1)[1]
+    block = block.split("<!-- events:end -->", 1)[0].strip()
+    assert block == markdown_table(), (
+        "docs/events.md is stale: paste the output of python -c"
+        ' "from torchrun_jsc.runtime.events.entry import markdown_table as t; print(t())"'
+    )

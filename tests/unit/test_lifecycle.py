@@ -475,7 +475,9 @@ def test_the_requeue_gets_the_job_its_count_and_its_settings() -> None:
         "stop_code": 99,
     }
     assert patches(p)["requeue"] == {"budget": budget}
-    assert watch(p) == {**NODE1, "peer_timeout": 60.0, "report": True}
+    events = watch(p)["events"]
+    assert watch(p) == {**NODE1, "peer_timeout": 60.0, "report": True, "events": events}
+    assert list(events[:4]) == ["./torchrun_jsc-12.events.jsonl", "12", 2, 4]  # run 2 of job 12
     assert decision(p, "requeue after SIGUSR2").startswith(
         "the workers have 90 s to save and end (passed on to the workers unless they got it;"
         " then one node requeues job 12"
@@ -575,8 +577,91 @@ def test_store_answer_leaves_the_calls_told_is_host_0_to_wait_for_host(
 def test_the_requeue_alone_keeps_the_job_watch_it_is_part_of() -> None:
     """The requeue reads the job through the watch (its store, its members, who serves): with
     heartbeats and the report off, the watch is still installed, and first."""
-    off = {"TORCHRUN_JSC_PEER_TIMEOUT": "0", "TORCHRUN_JSC_FAILURE_REPORT": "0"}
+    off = {
+        "TORCHRUN_JSC_PEER_TIMEOUT": "0",
+        "TORCHRUN_JSC_FAILURE_REPORT": "0",
+        "TORCHRUN_JSC_EVENTS": "none",
+    }
     p = multi(1, {**STEP, "TORCHRUN_JSC_REQUEUE": "1", **off})
-    assert watch(p) == NODE1  # neither heartbeats nor the report
+    assert watch(p) == NODE1  # neither heartbeats, nor the report, nor the event log
     names = [s.name for s in p.patches]
     assert names.index("job_watch") < names.index("requeue")
+
+
+# ---------------------------------------------------------------------------- the event log
+
+
+@pytest.mark.parametrize(
+    ("env", "path", "reason"),
+    [
+        (
+            {**STEP, "SLURM_SUBMIT_DIR": "/home/me/run/"},
+            "/home/me/run/torchrun_jsc-12.events.jsonl",
+            "in the job's submit directory; the rendezvous host appends to it",
+        ),
+        (STEP, "./torchrun_jsc-12.events.jsonl", "in the job's submit directory;"),
+        (
+            {**STEP, "TORCHRUN_JSC_EVENTS": "/scratch/ev.jsonl"},
+            "/scratch/ev.jsonl",
+            "TORCHRUN_JSC_EVENTS;",
+        ),
+        (
+            {**STEP, "TORCHRUN_JSC_EVENTS": "/scratch/logs/"},
+            "/scratch/logs/torchrun_jsc-12.events.jsonl",
+            "TORCHRUN_JSC_EVENTS names a folder;",
+        ),
+        (  # outside Slurm, named after the rendezvous id
+            {"TORCHRUN_JSC_EVENTS": "logs/"},
+            "logs/torchrun_jsc-9.events.jsonl",
+            "TORCHRUN_JSC_EVENTS names a folder;",
+        ),
+    ],
+)
+def test_the_event_log_goes_where_the_settings_and_slurm_say(
+    env: Dict[str, str], path: str, reason: str
+) -> None:
+    p = multi(0, env)
+    assert decision(p, "event log").startswith(f"{path} ({reason}")
+    target = watch(p)["events"]
+    assert target[0] == path
+    launch = dict(target[4])
+    assert launch["torch"] == "2.13.0" and launch["nnodes"] == "4"
+    assert launch["nodes"] == 4 and target[3] == 4
+
+
+def test_an_existing_folder_is_a_folder_without_its_slash() -> None:
+    env = {**STEP, "TORCHRUN_JSC_EVENTS": "/scratch/logs"}
+    p = plan(
+        [*MULTI, *SCRIPT],
+        {"SLURM_NODEID": "0", **env},
+        "2.13.0",
+        node(0)._replace(events_folder=True),
+    )
+    assert watch(p)["events"][0] == "/scratch/logs/torchrun_jsc-12.events.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "why"),
+    [
+        (MULTI, {**STEP, "TORCHRUN_JSC_EVENTS": "NONE"}, "TORCHRUN_JSC_EVENTS=none"),
+        (MULTI, {}, "not a Slurm job; TORCHRUN_JSC_EVENTS=FILE writes one"),
+        (
+            STANDALONE,
+            {**STEP, "TORCHRUN_JSC_EVENTS": "/tmp/e.jsonl"},
+            "no multi-node c10d rendezvous host to write it",
+        ),
+    ],
+)
+def test_the_event_log_is_off_and_says_why(argv: List[str], env: Dict[str, str], why: str) -> None:
+    p = plan([*argv, *SCRIPT], {"SLURM_NODEID": "0", **env}, "2.13.0", node(0))
+    assert decision(p, "event log") == f"off ({why})"
+    assert "job_watch" not in patches(p) or watch(p)["events"] is None
+
+
+@pytest.mark.parametrize("value", ["a\nb", "x" * 4097])
+def test_a_bad_event_log_path_is_one_line(value: str) -> None:
+    from torchrun_jsc.settings.table import Settings
+
+    with pytest.raises(ConfigError, match=r"^TORCHRUN_JSC_EVENTS") as caught:
+        Settings.from_env({"TORCHRUN_JSC_EVENTS": value})
+    assert "a file, a folder (the file is made in it), or none" in str(caught.value)

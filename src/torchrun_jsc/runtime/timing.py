@@ -43,3 +43,9 @@ VANISHED_BEATS = 3.0
 SUSPECT_BEATS = 1.0
 #: How long an agent that hands over may take to start again and serve.
 HANDOVER_START = 60.0
+#: How long the rendezvous host waits, at its end, for its event log's last lines to be
+#: written and read back for the summary (each).
+EVENTS_WAIT = 5.0
+#: How long the round's event waits for its members to say who they are (their heartbeat
+#: threads introduce them as they start).
+NAMES_WAIT = 10.0

@@ -25,6 +25,7 @@ from .values import (
     SWITCH,
     Variable,
     choice,
+    events_target,
     explain_format,
     peer_seconds,
     positive_seconds,
@@ -246,6 +247,22 @@ VARIABLES: Tuple[Variable, ...] = (
         short="0, or seconds 10..86400",
     ),
     Variable(
+        "TORCHRUN_JSC_EVENTS",
+        "events",
+        events_target,
+        None,
+        "in a Slurm job: `torchrun_jsc-<job id>.events.jsonl` in the submit directory; else none",
+        "a file, a folder (the file is made in it), or none",
+        (
+            "The job's event log: the rendezvous host appends one JSON object per line for each"
+            " launch, round, lost node, restart, handover, requeue, stop and end, every run of a"
+            " requeued job to the same file (docs/events.md lists them), and prints a summary line"
+            " at each run's end. A file that cannot be written costs one line, never the job."
+            " `none`: off."
+        ),
+        short="a file or folder, `none`",
+    ),
+    Variable(
         "TORCHRUN_JSC_FAILURE_REPORT",
         "failure_report",
         switch,
@@ -420,6 +437,7 @@ class Settings(NamedTuple):
     preflight_timeout: float
     peer_timeout: float
     failure_report: bool
+    events: Optional[str]
     forward_signals: Tuple[str, ...]
     term_grace: Optional[float]
     kill_orphans: bool

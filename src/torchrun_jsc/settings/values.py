@@ -94,6 +94,20 @@ def suffix(text: str) -> str:
     return text
 
 
+#: The longest path ``TORCHRUN_JSC_EVENTS`` accepts (Linux's PATH_MAX).
+MAX_PATH = 4096
+
+
+def events_target(text: str) -> str:
+    """``TORCHRUN_JSC_EVENTS``: a file or folder path (no control characters); ``none`` in any
+    case: off (``""``)."""
+    if text.lower() == "none":
+        return ""
+    if len(text) > MAX_PATH or any(ord(c) < 32 for c in text):
+        raise ValueError(text)
+    return text
+
+
 def explain_format(text: str) -> str:
     """``TORCHRUN_JSC_EXPLAIN``'s format: ``text`` or ``json``; ``1`` is ``text``."""
     if text == "1":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .entry import Entry, iso, parse_time
+from .entry import END, HANDOVER, LAUNCH, LOST, REQUEUE, ROUND, STOP, Entry, iso, parse_time
 
 
 class Round(NamedTuple):
@@ -96,27 +96,27 @@ def account(entries: Sequence[Entry]) -> Account:
     cuts: List[float] = []  # when training stopped: a lost node's last sign, a stop, the end
     handovers, requeued, exit_code = 0, False, None
     for entry in entries:
-        if entry.event == "launch":
+        if entry.event == LAUNCH:
             nodes = max(nodes, _count(entry.get("nodes")))
-        elif entry.event == "round":
+        elif entry.event == ROUND:
             members = entry.get("members")
             names = tuple(name_of(m) for m in members) if isinstance(members, list) else ()
             size = len(names) or _count(entry.get("size"))
             restart = _count(entry.get("restart"))
             formed.append((entry.time, restart, names, size))
             nodes = max(nodes, size + _count(entry.get("spares")))
-        elif entry.event == "lost":
+        elif entry.event == LOST:
             seen = parse_time(entry.get("last_seen", "")) if entry.get("last_seen") else None
             since = entry.time if seen is None else min(seen, entry.time)
             lost.append((name_of(entry.get("lost")), since, entry.time))
             cuts.append(since)
-        elif entry.event == "stop":
+        elif entry.event == STOP:
             cuts.append(entry.time)
-        elif entry.event == "handover":
+        elif entry.event == HANDOVER:
             handovers += 1
-        elif entry.event == "requeue":
+        elif entry.event == REQUEUE:
             requeued = requeued or entry.get("done") is True
-        elif entry.event == "end":
+        elif entry.event == END:
             code = entry.get("exit_code")
             exit_code = code if isinstance(code, int) else exit_code
     end = last.time

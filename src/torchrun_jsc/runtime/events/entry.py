@@ -15,48 +15,71 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+#: The events' names.
+LAUNCH = "launch"
+ROUND = "round"
+LOST = "lost"
+RESTART = "restart"
+HANDOVER = "handover"
+STOP = "stop"
+REQUEUE = "requeue"
+END = "end"
+
 #: The events, each with what it means and its own fields (docs/events.md renders this table).
 EVENTS: Mapping[str, Tuple[str, str]] = MappingProxyType(
     {
-        "launch": (
+        LAUNCH: (
             "the rendezvous host's agent started (each run, and again after a handover)",
             "`torch`, `torchrun_jsc` (versions), `nodes` (the allocation's node count),"
             " `nnodes` (`--nnodes`), `max_restarts`, `peer_timeout`, `recovery`, `failover`,"
             " `requeue`",
         ),
-        "round": (
+        ROUND: (
             "a rendezvous round formed (the first, and each after a restart)",
             "`restart` (the job's restart count; 0 for the first round), `members` (in node-rank"
             " order), `spares` (nodes waiting to take a lost node's place), `host` (the"
             " rendezvous host)",
         ),
-        "lost": (
+        LOST: (
             "a node was declared lost",
             "`lost` (the node), `detection` (`heartbeat`), `quiet` (seconds without a sign of"
             " it), `last_seen` (ISO 8601), `next` (`restart` or `stop`)",
         ),
-        "restart": (
+        RESTART: (
             "the job went on after a loss: the new round formed",
             "`restart`, `left`, `came` (nodes; `came` holds the spares that joined), `size`",
         ),
-        "handover": (
+        HANDOVER: (
             "the rendezvous host was lost and this node hosts the next round",
             "`lost` (what was lost), `restart`, `lost_nodes` (node ranks lost so far)",
         ),
-        "stop": (
+        STOP: (
             "the job is stopping",
             "`cause` (the launcher's line)",
         ),
-        "requeue": (
-            "the job was put back into the queue (or refused it)",
+        REQUEUE: (
+            "the rendezvous host asked Slurm to requeue the job (`done`: whether Slurm did)",
             "`cause`, `excluded` (Slurm names), `done` (true when Slurm took it), `line`",
         ),
-        "end": (
+        END: (
             "the rendezvous host's agent ends",
             "`exit_code`, `outcome` (`succeeded`, `failed`, `handed over`)",
         ),
     }
 )
+
+
+class LogTarget(NamedTuple):
+    """Where this job's events go and what every line says of the job: built by the plan
+    (:mod:`torchrun_jsc.lifecycle`)."""
+
+    path: str
+    job: str = ""
+    run: int = 0
+    #: The allocation's node count (0: not known): a run's node-hours count from it.
+    nodes: int = 0
+    #: The launch event's own fields.
+    launch: Tuple[Tuple[str, Any], ...] = ()
 
 
 class Entry(NamedTuple):
@@ -162,3 +185,11 @@ def read(lines: Sequence[str]) -> Read:
         else:
             entries.append(entry)
     return Read(tuple(sorted(entries, key=lambda e: e.time)), skipped)
+
+
+def markdown_table() -> str:
+    """docs/events.md's table of events (between ``<!-- events:begin/end -->``), from
+    :data:`EVENTS`."""
+    lines = ["| event | when | its own fields |", "|---|---|---|"]
+    lines += [f"| `{name}` | {when} | {fields} |" for name, (when, fields) in EVENTS.items()]
+    return "\n".join(lines)

@@ -53,13 +53,20 @@ class EventLog:
         self._queue.put(entry)
 
     def close(self, wait: float) -> bool:
-        """Write what is queued, waiting at most ``wait`` seconds; whether all was written."""
-        thread = self._thread
-        if thread is None:
-            return True
-        self._queue.put(None)
+        """Write what is queued, waiting at most ``wait`` seconds; whether all was written (a
+        later :meth:`write` starts the writer again)."""
+        with self._lock:
+            thread = self._thread
+            if thread is None:
+                return True
+            self._queue.put(None)
         thread.join(wait)
-        return not thread.is_alive()
+        with self._lock:
+            if thread.is_alive():
+                return False
+            if self._thread is thread:
+                self._thread = None
+        return True
 
     def _run(self) -> None:
         while True:

@@ -32,10 +32,11 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Callable, List, Optional, Protocol, Sequence, Tuple, TypeVar
+from typing import Any, Callable, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from ...torch_defaults import TERM_GRACE
 from .. import timing
+from ..events.entry import REQUEUE
 from ..processes.end import exit_now
 from ..processes.output import say
 from ..processes.workers import Workers
@@ -87,6 +88,7 @@ class Job(Protocol):
     @property
     def stops(self) -> Stops: ...
     def post(self, event: Event) -> None: ...
+    def note(self, event: str, fields: Mapping[str, Any]) -> None: ...
 
 
 def scontrol(command: Sequence[str]) -> Tuple[int, str]:
@@ -247,6 +249,7 @@ class Requeuing:
                     timing.REQUEUE_READY_WAIT + self.budget.grace + self.term_grace,
                 )
             ok, line = self._requeue(signal_cause(self.budget), ())
+            self._note(signal_cause(self.budget), (), ok, line)
             if protocol is not None:
                 self._tell(protocol, ok, line, len(job.members) - 1)
         else:
@@ -311,7 +314,9 @@ class Requeuing:
             return
         lost = lost_names(records)  # members of this round: they read no word
         cause = "a failure it could not recover from"
-        ok, line = self._requeue(cause, left_out(self.budget, departed, lost))
+        excluded = left_out(self.budget, departed, lost)
+        ok, line = self._requeue(cause, excluded)
+        self._note(cause, excluded, ok, line)
         say(line)
         if protocol is not None:
             self._tell(protocol, ok, line, len(job.members) - 1 - len(lost))
@@ -332,6 +337,16 @@ class Requeuing:
         lost = left_out(budget, departed, [budget.host] if budget.host else [])
         cause = "a failure it could not recover from (the rendezvous host lost)"
         say(self._requeue(cause, lost)[1])
+
+    def _note(self, cause: str, excluded: Sequence[str], ok: bool, line: str) -> None:
+        """The requeue in the job's event log (the rendezvous host's)."""
+        fields = {
+            "cause": cause,
+            "excluded": list(excluded),
+            "done": ok,
+            "line": line.removeprefix("torchrun_jsc: "),
+        }
+        self.job.note(REQUEUE, fields)
 
     # ------------------------------------------------------------------ Slurm
 

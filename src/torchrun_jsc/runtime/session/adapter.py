@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import threading
 import time
 from types import MappingProxyType
@@ -49,6 +50,7 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from ...handover import Candidate
 from .. import timing
+from ..events import entry
 from ..failover.relaunch import Command
 from ..failover.succession import Succession
 from ..processes.end import exit_now
@@ -74,6 +76,7 @@ from ..watch.vocabulary import (
     HandOver,
     Joined,
     Leave,
+    Log,
     LookForStop,
     LookUpNextHost,
     MarkCompleted,
@@ -96,6 +99,7 @@ from ..watch.vocabulary import (
     WorkersEnded,
     ZeroRestarts,
 )
+from .chronicle import Chronicle, member_names
 from .ending import Ending
 from .ledger import LastLine, Ledger
 from .threads import Heartbeats, Round, Watchdog, paused_for
@@ -143,6 +147,8 @@ class Session:
         self.succession = Succession(self)
         #: The process's end.
         self.ending = Ending(self)
+        #: The job's event log, written while this agent serves the store.
+        self.chronicle = Chronicle(config.events, config.hostname)
         #: The requeue, when the ``requeue`` patch is installed.
         self.requeue: Optional[Requeuing] = None
         #: The rendezvous host's member key, once read (:meth:`host_member`).
@@ -391,6 +397,20 @@ class Session:
     def _do_Say(self, action: Say) -> None:
         say(action.line)
 
+    def note(self, event: str, fields: Mapping[str, Any]) -> None:
+        """Log ``event`` now (the requeue's): written before the process may end."""
+        self.chronicle.write(event, fields, self.serving)
+        self.chronicle.flush()
+
+    def _do_Log(self, action: Log) -> None:
+        fields = dict(action.fields)
+        if action.event == entry.ROUND:  # the members by name, once they said who they are
+            protocol, members = self.protocol, list(self.members)
+            if protocol is not None:
+                fields["members"] = functools.partial(member_names, protocol, members)
+            fields["host"] = entry.node(self.config.hostname, self.config.node_rank)
+        self.chronicle.write(action.event, fields, self.serving)
+
     def _do_StartWatch(self, action: StartWatch) -> None:
         self._start_threads()
 
@@ -553,6 +573,7 @@ class Session:
 HANDLERS: Mapping[type, Callable[[Session, Any], None]] = MappingProxyType(
     {
         Say: Session._do_Say,
+        Log: Session._do_Log,
         StartWatch: Session._do_StartWatch,
         Rewatch: Session._do_Rewatch,
         Publish: Session._do_Publish,

@@ -22,6 +22,7 @@ from ..signals.signalled import Stops
 from ..store.bounded import in_flight
 from ..watch.machine import exit_code
 from ..watch.vocabulary import Config, Event, Exiting, State
+from .chronicle import Chronicle
 from .ledger import LastLine, Ledger
 from .threads import Heartbeats
 
@@ -58,6 +59,7 @@ class Watch(Protocol):
     threads: List[threading.Thread]
     lock: threading.RLock
     requeue: Optional[Requeuing]
+    chronicle: Chronicle
 
     @property
     def serving(self) -> bool:
@@ -81,16 +83,20 @@ class Ending:
         blocked store operation), print the last line and end the process."""
         self.stop_workers()
         time.sleep(timing.EXIT_GRACE)
-        self.print_last_line()
         with self.watch.lock:
             state = self.watch.state
+        if not state.exiting:
+            self.end_chronicle()
+        self.print_last_line()
         if not state.exiting:
             os._exit(exit_code(state))
 
     def end_finished(self) -> None:
         """Leave torch's exit barrier: print the last line, end with 0."""
-        self.print_last_line()
         if not self.watch.state.exiting:  # torch's main thread is still in its exit barrier
+            self.end_chronicle()
+        self.print_last_line()
+        if not self.watch.state.exiting:
             exit_now(0)
 
     def stop_workers(self) -> None:
@@ -115,11 +121,18 @@ class Ending:
             # looked again
             self.watch.look_at_pause()
             self.watch.post(Exiting())
+            self.end_chronicle()  # the summary before the last line: that stays last
             self.print_last_line()
         finally:
             self._quiesce()
             if self.watch.state.failed and self.watch.config.report:
                 silence_teardown()
+
+    def end_chronicle(self) -> None:
+        """The event log's end and the run's summary line (where this agent writes the log)."""
+        state = self.watch.state
+        good = state.succeeded and not state.failed
+        self.watch.chronicle.end(0 if good else 1, "succeeded" if good else "failed")
 
     def _quiesce(self) -> None:
         self.watch.closing.set()

@@ -40,9 +40,10 @@ begun) hold across phases; ``answer`` is what torch's monitor is to be told at i
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from ... import handover
+from ..events import entry as events
 from ..records.report import FAILED, ITSELF, LOST, Record, describe, node_name
 from . import heartbeats, quorum
 from .vocabulary import (
@@ -58,10 +59,12 @@ from .vocabulary import (
     HandOver,
     Joined,
     Leave,
+    Log,
     LookForStop,
     LookUpNextHost,
     MarkCompleted,
     MarkDone,
+    Member,
     MembersLost,
     MonitorLooks,
     NextHosts,
@@ -146,7 +149,7 @@ def _joined(config: Config, state: State, event: Joined) -> Decision:
     if state.phase == Phase.WAITING:
         start: Tuple[Action, ...] = (StartWatch(),) if config.watching_peers else ()
         new = state._replace(phase=Phase.TRAINING, restarts=event.restart)
-        return new, (*start, *_handed_over(config, event), *budget)
+        return new, (*start, *_handed_over(config, event), _round_log(event), *budget)
     if state.phase == Phase.SPARE:
         new = state._replace(phase=Phase.TRAINING, restarts=event.restart)
         return new, (Say(_spare_line(config, event)), *budget)
@@ -165,8 +168,28 @@ def _joined(config: Config, state: State, event: Joined) -> Decision:
         departed=departed,
     )
     if not config.recovery or event.restart <= state.restarts:
-        return new, budget
-    return new, (Say(_restart_line(config, event)), *budget)
+        return new, (_round_log(event), *budget)
+    restart = Log(
+        events.RESTART,
+        (
+            ("restart", event.restart),
+            ("left", [_node(m) for m in event.left]),
+            ("came", [_node(m) for m in event.came]),
+            ("size", event.size),
+        ),
+    )
+    return new, (Say(_restart_line(config, event)), _round_log(event), restart, *budget)
+
+
+def _round_log(event: Joined) -> Log:
+    """The round's event (the adapter adds its members, by name, and the host)."""
+    return Log(
+        events.ROUND, (("restart", event.restart), ("size", event.size), ("spares", event.spares))
+    )
+
+
+def _node(member: Member) -> Dict[str, Any]:
+    return events.node(member.hostname, member.node_rank)
 
 
 def _look_up(candidates: Tuple[handover.Candidate, ...]) -> Tuple[Action, ...]:
@@ -188,7 +211,15 @@ def _handed_over(config: Config, event: Joined) -> Tuple[Action, ...]:
     if previous is None or event.restart != previous.restart:
         return ()
     line = Say(handover.restart_line(previous, config.max_restarts, event.size))
-    return (line, Say(_spare_line(config, event))) if previous.spare else (line,)
+    log = Log(
+        events.HANDOVER,
+        (
+            ("lost", previous.lost),
+            ("restart", previous.restart),
+            ("lost_nodes", list(previous.lost_nodes)),
+        ),
+    )
+    return (line, Say(_spare_line(config, event)), log) if previous.spare else (line, log)
 
 
 def _restart_line(config: Config, event: Joined) -> str:
@@ -242,12 +273,24 @@ def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
     )
     outvoted = _outvoted(config, event)
     reason = outvoted or _cannot_go_on(config, event)
-    if (config.recovery or config.elastic) and reason is None and not state.succeeded:
+    going_on = (config.recovery or config.elastic) and reason is None and not state.succeeded
+    log = Log(
+        events.LOST,
+        (
+            ("lost", events.node(hostname, node_rank)),
+            ("more", len(event.keys) - 1),
+            ("detection", "heartbeat"),
+            ("quiet", round(event.quiet, 1)),
+            ("last_seen", events.iso(event.last_seen)),
+            ("next", events.RESTART if going_on else events.STOP),
+        ),
+    )
+    if going_on:
         them = "it" if len(event.keys) == 1 else "them"
         restart = Say(f"torchrun_jsc: {lost}; restarting the workers without {them}")
         hosts = tuple(c for c in state.next_hosts if c.key not in event.keys)
         new = state._replace(phase=Phase.RESTARTING, answer=Ask.RESTART, next_hosts=hosts)
-        return new, (restart, Rewatch(event.keys))
+        return new, (restart, log, Rewatch(event.keys))
     if config.recovery and reason is not None and not state.succeeded:
         lost = f"{lost}; cannot go on: {reason}"
     record = Record(kind=LOST, hostname=hostname, node_rank=node_rank, time=event.last_seen)
@@ -257,7 +300,7 @@ def _members_lost(config: Config, state: State, event: MembersLost) -> Decision:
         state,
         f"torchrun_jsc: {lost}",
         "stopping the job",
-        (Publish(record, unread=event.keys), TellStop(record)),
+        (log, Publish(record, unread=event.keys), TellStop(record)),
     )
 
 
@@ -383,14 +426,15 @@ def _end_job(state: State, line: str, action: str, records: Tuple[Action, ...] =
     """The job ends (``line`` says why; ``records`` to publish first): stop this node's
     workers (torch's restarts cut off before anything else), or, when they had all finished,
     leave torch's exit barrier."""
+    stop = Log(events.STOP, (("cause", line.removeprefix("torchrun_jsc: ")),))
     if state.succeeded:
         leave = Say(
             f"{line}; this node's workers had finished: ending now, not waiting in torch's"
             " exit barrier"
         )
-        return state._replace(phase=Phase.LEAVING, failed=True), (*records, leave, Leave())
+        return state._replace(phase=Phase.LEAVING, failed=True), (*records, leave, stop, Leave())
     new = state._replace(phase=Phase.STOPPING, failed=True, answer=Ask.STOP)
-    return new, (ZeroRestarts(), *records, Say(f"{line}; {action}"), StopWorkers())
+    return new, (ZeroRestarts(), *records, Say(f"{line}; {action}"), stop, StopWorkers())
 
 
 def _workers_ended(config: Config, state: State, event: WorkersEnded) -> Decision:

@@ -5,11 +5,12 @@ immutable values; the decisions are in :mod:`torchrun_jsc.runtime.watch.machine`
 from __future__ import annotations
 
 from enum import Enum
-from typing import NamedTuple, Optional, Tuple, Union
+from typing import Any, NamedTuple, Optional, Tuple, Union
 
 from ...handover import Candidate, Handover
 from ...torch_defaults import TERM_GRACE
 from .. import timing
+from ..events.entry import LogTarget
 from ..records.report import Record, node_name
 from . import heartbeats
 
@@ -88,6 +89,8 @@ class Config(NamedTuple):
     address: Optional[str] = None
     #: The handover this process continues (None: the job's first process).
     previous: Optional[Handover] = None
+    #: The job's event log (None: off); the rendezvous host writes it.
+    events: Optional[LogTarget] = None
 
     @property
     def watching_peers(self) -> bool:
@@ -276,6 +279,14 @@ class Say(NamedTuple):
     line: str
 
 
+class Log(NamedTuple):
+    """Write ``event`` (a name of :data:`~..events.entry.EVENTS`) with its ``fields`` to the
+    job's event log, where this node writes it (the rendezvous host)."""
+
+    event: str
+    fields: Tuple[Tuple[str, Any], ...] = ()
+
+
 class StartWatch(NamedTuple):
     """Start the heartbeat and watchdog threads."""
 
@@ -374,6 +385,7 @@ class AwaitSpares(NamedTuple):
 
 Action = Union[
     Say,
+    Log,
     StartWatch,
     Rewatch,
     Publish,

@@ -26,6 +26,7 @@ from torchrun_jsc.runtime.watch.vocabulary import (
     Config,
     HandOver,
     Joined,
+    Log,
     LookUpNextHost,
     Member,
     MembersLost,
@@ -146,7 +147,8 @@ SILENT = StoreQuiet(stuck=61.0, silent=61.0, now=5000.0)
 
 
 def kinds(actions: Tuple[Action, ...]) -> List[str]:
-    return [type(a).__name__ for a in actions]
+    """The actions' kinds but the event log's (``watch/test_machine_events.py`` has those)."""
+    return [type(a).__name__ for a in actions if not isinstance(a, Log)]
 
 
 def said(actions: Tuple[Action, ...]) -> str:

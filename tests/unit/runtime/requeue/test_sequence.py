@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pytest
 
@@ -31,6 +31,8 @@ class FakeJob:
         self._members = [f"m{i}" for i in range(members)]
         self._protocol = protocol
         self.events: List[Event] = []
+        #: What went to the event log.
+        self.notes: List[Tuple[str, Dict[str, Any]]] = []
         self.workers = Workers()  # none registered
         self.stops = Stops()
 
@@ -48,6 +50,9 @@ class FakeJob:
 
     def post(self, event: Event) -> None:
         self.events.append(event)
+
+    def note(self, event: str, fields: Mapping[str, Any]) -> None:
+        self.notes.append((event, dict(fields)))
 
 
 class Slurm:
@@ -115,6 +120,17 @@ def test_the_serving_node_requeues_once_every_member_is_ready(
     assert err.count(line) == 1 and "the workers have 1 s to save a checkpoint" in err
     assert RequeuingEvent() in job.events
     assert job.stops.held()
+    assert job.notes == [
+        (
+            "requeue",
+            {
+                "cause": "SIGUSR1 (Slurm's warning before the time limit)",
+                "excluded": [],
+                "done": True,
+                "line": line.removeprefix("torchrun_jsc: "),
+            },
+        )
+    ]
 
 
 def test_another_node_follows_the_serving_nodes_word(capsys: pytest.CaptureFixture[str]) -> None:
@@ -174,7 +190,7 @@ def test_after_a_failure_the_lost_nodes_are_excluded_before_the_release(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     slurm = Slurm({"show": (0, "JobId=12 Requeue=1 BatchFlag=1 ExcNodeList=node7")})
-    requeue, _, _, ends, protocol = make(serving=True, members=4, slurm=slurm)
+    requeue, job, _, ends, protocol = make(serving=True, members=4, slurm=slurm)
     protocol.requeue_told(2)  # the two live others read it
     records = [Record(kind=LOST, hostname="node3", node_rank=3)]
     requeue.after_failure(records)
@@ -191,6 +207,7 @@ def test_after_a_failure_the_lost_nodes_are_excluded_before_the_release(
     )
     assert capsys.readouterr().err.strip() == line
     assert protocol.requeue_outcome() == (True, line) and ends.codes == []
+    assert [(e, f["excluded"], f["done"]) for e, f in job.notes] == [("requeue", ["node3"], True)]
 
 
 def test_after_a_handover_the_hosts_lost_before_are_excluded_too(

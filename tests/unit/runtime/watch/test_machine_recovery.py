@@ -15,6 +15,7 @@ from torchrun_jsc.runtime.watch.vocabulary import (
     Event,
     Exiting,
     Joined,
+    Log,
     Member,
     MembersLost,
     Phase,
@@ -81,7 +82,8 @@ def lost(
 
 
 def kinds(actions: Tuple[Action, ...]) -> List[str]:
-    return [type(a).__name__ for a in actions]
+    """The actions' kinds but the event log's (``test_machine_events.py`` has those)."""
+    return [type(a).__name__ for a in actions if not isinstance(a, Log)]
 
 
 def line(actions: Tuple[Action, ...]) -> Optional[str]:
