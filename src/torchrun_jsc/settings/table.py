@@ -257,8 +257,8 @@ VARIABLES: Tuple[Variable, ...] = (
             "The job's event log: the rendezvous host appends one JSON object per line for each"
             " launch, round, lost node, restart, handover, requeue, stop and end, every run of a"
             " requeued job to the same file (docs/events.md lists them), and prints a summary line"
-            " at each run's end. A file that cannot be written costs one line, never the job."
-            " `none`: off."
+            " at each run's end; `python -m torchrun_jsc.report FILE` shows the whole job. A file"
+            " that cannot be written costs one line, never the job. `none`: off."
         ),
         short="a file or folder, `none`",
     ),

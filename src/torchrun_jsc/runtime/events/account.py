@@ -14,13 +14,14 @@ from .entry import END, HANDOVER, LAUNCH, LOST, REQUEUE, ROUND, STOP, Entry, iso
 
 
 class Round(NamedTuple):
-    """A round: when it formed, the job's restart count, its members' names and the seconds it
-    trained."""
+    """A round: when it formed, the job's restart count, its members' names, the node-seconds
+    it trained and when it stopped training."""
 
     time: float
     restart: int
     members: Tuple[str, ...]
     trained: float
+    until: float
 
 
 class Loss(NamedTuple):
@@ -33,6 +34,13 @@ class Loss(NamedTuple):
     back_after: Optional[float]
 
 
+class Handover(NamedTuple):
+    """The rendezvous host lost and the next one logged it: when, and the new host."""
+
+    time: float
+    host: str
+
+
 class Account(NamedTuple):
     """One run (``job``, ``run``) of a job."""
 
@@ -43,7 +51,7 @@ class Account(NamedTuple):
     nodes: int
     rounds: Tuple[Round, ...]
     losses: Tuple[Loss, ...]
-    handovers: int
+    handovers: Tuple[Handover, ...]
     requeued: bool
     exit_code: Optional[int]
     #: The node-seconds the rounds trained.
@@ -94,7 +102,8 @@ def account(entries: Sequence[Entry]) -> Account:
     formed: List[Tuple[float, int, Tuple[str, ...], int]] = []
     lost: List[Tuple[str, float, float]] = []
     cuts: List[float] = []  # when training stopped: a lost node's last sign, a stop, the end
-    handovers, requeued, exit_code = 0, False, None
+    handovers: List[Handover] = []
+    requeued, exit_code = False, None
     for entry in entries:
         if entry.event == LAUNCH:
             nodes = max(nodes, _count(entry.get("nodes")))
@@ -113,7 +122,7 @@ def account(entries: Sequence[Entry]) -> Account:
         elif entry.event == STOP:
             cuts.append(entry.time)
         elif entry.event == HANDOVER:
-            handovers += 1
+            handovers.append(Handover(entry.time, entry.node))
         elif entry.event == REQUEUE:
             requeued = requeued or entry.get("done") is True
         elif entry.event == END:
@@ -125,8 +134,8 @@ def account(entries: Sequence[Entry]) -> Account:
         later = [t for t in cuts if t >= when]
         if i + 1 < len(formed):
             later.append(formed[i + 1][0])
-        until = min(later, default=end)
-        rounds.append(Round(when, restart, names, size * max(until - when, 0.0)))
+        until = max(min(later, default=end), when)
+        rounds.append(Round(when, restart, names, size * (until - when), until))
     losses = []
     for name, since, declared in lost:
         back = next((r.time for r in rounds if r.time >= declared), None)
@@ -139,7 +148,7 @@ def account(entries: Sequence[Entry]) -> Account:
         nodes=nodes,
         rounds=tuple(rounds),
         losses=tuple(losses),
-        handovers=handovers,
+        handovers=tuple(handovers),
         requeued=requeued,
         exit_code=exit_code,
         trained=sum(r.trained for r in rounds),
@@ -185,7 +194,8 @@ def summary_line(run: Account) -> str:
     else:
         parts.append("no node lost")
     if run.handovers:
-        parts.append(f"{run.handovers} handover{'s' * (run.handovers != 1)}")
+        count = len(run.handovers)
+        parts.append(f"{count} handover{'s' * (count != 1)}")
     parts.append(f"requeues so far {run.run + int(run.requeued)}")
     share = run.goodput
     if share is not None:
