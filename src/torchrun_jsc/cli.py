@@ -153,6 +153,7 @@ def _stopped_by(sigval: int, env: Mapping[str, str]) -> NoReturn:
     import time
 
     from .runtime import agent
+    from .runtime.events.entry import STOP
     from .runtime.signals import signalled
 
     job = env.get("SLURM_JOB_ID")
@@ -160,6 +161,9 @@ def _stopped_by(sigval: int, env: Mapping[str, str]) -> NoReturn:
     seen = agent.runtime().stops.first()
     line = signalled.line(sigval, env, state, time.monotonic(), seen)
     print(line, file=sys.stderr, flush=True)
+    session = agent.runtime().session
+    if session is not None:  # where this node writes the event log
+        session.note(STOP, {"cause": line.removeprefix("torchrun_jsc: ")})
     signalled.ignore_further()
     sys.exit(signalled.EXIT_CODE)
 

@@ -320,3 +320,33 @@ def test_an_agents_worker_gets_a_signal_once_whoever_sent_it(how: str, says: str
     got = [line for line in rest.splitlines() if line.startswith("GOT")]
     assert got == ["GOT SIGUSR1"], f"{got}\n{err}"
     assert says in err, err
+
+
+def test_the_host_logs_each_signal_passed_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where this node writes the event log, each SIGUSR1/SIGUSR2 is a ``signal`` event."""
+    from torchrun_jsc.runtime import agent
+    from torchrun_jsc.runtime.events import entry
+    from torchrun_jsc.runtime.events.entry import LogTarget
+
+    from .sessions import new_session
+
+    path = tmp_path / "ev.jsonl"
+    session = new_session(0, is_host=True, events=LogTarget(str(path), "7"))
+    runtime = agent.runtime()
+    monkeypatch.setattr(runtime, "session", session)
+    monkeypatch.setattr(runtime.workers, "signal_all", lambda signum: 2)
+    assert patches.install(params.ForwardSignals(signals=("SIGUSR2",))) is None
+    try:
+        handler = signal.getsignal(signal.SIGUSR2)
+        handler(signal.SIGUSR2, None)  # type: ignore[operator]
+        _until(lambda: session.chronicle.log is not None, 5)
+        assert session.chronicle.log is not None and session.chronicle.log.close(5)
+        events = entry.read(path.read_text().splitlines()).entries
+        assert [(e.event, dict(e.fields)) for e in events][1:] == [
+            ("signal", {"signal": "SIGUSR2", "passed_on": True, "workers": 2})
+        ]
+    finally:
+        patches.restore_all()
+        session.close()

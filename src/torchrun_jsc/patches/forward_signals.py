@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 from ..log import logger
 from ..runtime import agent
+from ..runtime.events.entry import SIGNAL
 from ..runtime.processes.workers import Workers
 from ..runtime.signals.direct import LATER, decide, unpaired
 from ..runtime.signals.probe import Probe
@@ -98,11 +99,16 @@ class Forwarder:
                 probe.changed.wait(max(at + LATER - time.monotonic(), 0.01))
             probe.receipts[:] = unpaired(probe.receipts, decision.paired, at)
         name = signal.Signals(signum).name
+        sent = 0
         if decision.action == "direct":
             logger.warning("torchrun_jsc: %s %s; not passed on", name, decision.reason)
         else:
             sent = self.workers.signal_all(signum)
             logger.warning("torchrun_jsc: passed %s on to %d worker(s)", name, sent)
+        session = agent.runtime().session
+        if session is not None:  # where this node writes the event log
+            fields = {"signal": name, "passed_on": decision.action != "direct", "workers": sent}
+            session.note(SIGNAL, fields, flush=False)
 
     def without_probe(self, why: str) -> None:
         """Say that there is no probe (it did not start, or it ended): every signal is passed

@@ -191,11 +191,12 @@ def summary_line(run: Account) -> str:
             for loss in run.losses
         )
         parts.append(f"lost {lost}")
-    else:
+    elif not run.handovers:
         parts.append("no node lost")
     if run.handovers:
         count = len(run.handovers)
-        parts.append(f"{count} handover{'s' * (count != 1)}")
+        hosts = "the rendezvous host" if count == 1 else f"{count} rendezvous hosts"
+        parts.append(f"lost {hosts}: {count} handover{'s' * (count != 1)}")
     parts.append(f"requeues so far {run.run + int(run.requeued)}")
     share = run.goodput
     if share is not None:

@@ -23,6 +23,7 @@ RESTART = "restart"
 HANDOVER = "handover"
 STOP = "stop"
 REQUEUE = "requeue"
+SIGNAL = "signal"
 END = "end"
 
 #: The events, each with what it means and its own fields (docs/events.md renders this table).
@@ -53,8 +54,13 @@ EVENTS: Mapping[str, Tuple[str, str]] = MappingProxyType(
             "the rendezvous host was lost and this node hosts the next round",
             "`lost` (what was lost), `restart`, `lost_nodes` (node ranks lost so far)",
         ),
+        SIGNAL: (
+            "SIGUSR1 or SIGUSR2 reached the agent",
+            "`signal`, `passed_on` (false: its sender reached the workers itself), `workers`"
+            " (how many it was passed on to)",
+        ),
         STOP: (
-            "the job is stopping",
+            "the job is stopping (a lost node, another node's stop, a stop signal)",
             "`cause` (the launcher's line)",
         ),
         REQUEUE: (

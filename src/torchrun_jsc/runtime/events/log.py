@@ -29,12 +29,17 @@ class EventLog:
         run: int = 0,
         node: str = "",
         clock: Callable[[], float] = time.time,
+        forward: Optional[Callable[[Entry], None]] = None,
     ) -> None:
+        #: The file ("": none; the events are only forwarded and kept).
         self.path = path
         self.job = job
         self.run = run
         self.node = node
         self.clock = clock
+        #: Called with every entry as it is written (its fields known), from the writer's
+        #: thread: torch's events API.
+        self.forward = forward
         #: The entries written (or dropped after a failed write), in order.
         self.entries: List[Entry] = []
         self.failed = False
@@ -76,7 +81,9 @@ class EventLog:
             fields = {k: v() if callable(v) else v for k, v in entry.fields.items()}
             entry = entry._replace(fields=fields)
             self.entries.append(entry)
-            if not self.failed:
+            if self.forward is not None:
+                self.forward(entry)
+            if self.path and not self.failed:
                 self._append(encode(entry) + "\n")
 
     def _append(self, line: str) -> None:

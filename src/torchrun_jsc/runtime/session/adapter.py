@@ -148,7 +148,7 @@ class Session:
         #: The process's end.
         self.ending = Ending(self)
         #: The job's event log, written while this agent serves the store.
-        self.chronicle = Chronicle(config.events, config.hostname)
+        self.chronicle = Chronicle(config.events, config.hostname, self._events_handler)
         #: The requeue, when the ``requeue`` patch is installed.
         self.requeue: Optional[Requeuing] = None
         #: The rendezvous host's member key, once read (:meth:`host_member`).
@@ -352,6 +352,14 @@ class Session:
             return is_host
         return self.group_rank == 0
 
+    @property
+    def writes_events(self) -> bool:
+        """Whether this agent writes the event log: it serves the store and is not out of the
+        job (a thawed host whose job went on at the next host, or one cut off with too few
+        nodes while the others may go on, writes nothing more: one writer at a time)."""
+        state = self.state
+        return self.serving and not (state.out or state.minority)
+
     def grace(self) -> float:
         """Seconds the workers have between SIGTERM and SIGKILL."""
         return self.ending.grace()
@@ -397,10 +405,18 @@ class Session:
     def _do_Say(self, action: Say) -> None:
         say(action.line)
 
-    def note(self, event: str, fields: Mapping[str, Any]) -> None:
-        """Log ``event`` now (the requeue's): written before the process may end."""
-        self.chronicle.write(event, fields, self.serving)
-        self.chronicle.flush()
+    def _events_handler(self) -> Optional[str]:
+        """The events handler torch's agent was given (``--event-log-handler``; None: none)."""
+        group = getattr(self.agent, "_worker_group", None)
+        handler = getattr(getattr(group, "spec", None), "event_log_handler", None)
+        return handler if isinstance(handler, str) else None
+
+    def note(self, event: str, fields: Mapping[str, Any], flush: bool = True) -> None:
+        """Log ``event`` from outside the watch's decisions (the requeue, a signal); with
+        ``flush``, written before the process may end (at most a few seconds)."""
+        self.chronicle.write(event, fields, self.writes_events)
+        if flush:
+            self.chronicle.flush()
 
     def _do_Log(self, action: Log) -> None:
         fields = dict(action.fields)
@@ -409,7 +425,7 @@ class Session:
             if protocol is not None:
                 fields["members"] = functools.partial(member_names, protocol, members)
             fields["host"] = entry.node(self.config.hostname, self.config.node_rank)
-        self.chronicle.write(action.event, fields, self.serving)
+        self.chronicle.write(action.event, fields, self.writes_events)
 
     def _do_StartWatch(self, action: StartWatch) -> None:
         self._start_threads()

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from .. import timing
-from ..events import entry
+from ..events import entry, torch_events
 from ..events.account import account, summary_line
 from ..events.entry import END, LAUNCH, Entry, LogTarget
 from ..events.log import EventLog
@@ -22,21 +22,31 @@ from ..store.protocol import JobProtocol
 
 
 class Chronicle:
-    """The event log of one agent process (None ``target``: off)."""
+    """The event log of one agent process (None ``target``: no file), and the same events
+    given to torch's events handler ``handler()`` names (None or ``null``: none)."""
 
-    def __init__(self, target: Optional[LogTarget], node: str) -> None:
+    def __init__(
+        self,
+        target: Optional[LogTarget],
+        node: str,
+        handler: Callable[[], Optional[str]] = lambda: None,
+    ) -> None:
         self.target = target
         self.node = node
+        self.handler = handler
         self.log: Optional[EventLog] = None
         self._ended = False
         self._lock = threading.Lock()
+        self._torch: Optional[str] = None
 
-    def write(self, event: str, fields: Mapping[str, Any], serving: bool) -> None:
+    def write(self, event: str, fields: Mapping[str, Any], writes: bool) -> None:
         """Log ``event`` where this agent writes the log (a field may be asked for later)."""
-        if self.target is None or not serving:
+        if not writes:
             return
         with self._lock:
-            self._open().write(event, **fields)
+            log = self._open()
+            if log is not None:
+                log.write(event, **fields)
 
     def flush(self) -> None:
         """Write what is queued (at most :data:`~..timing.EVENTS_WAIT` seconds): the process
@@ -45,13 +55,33 @@ class Chronicle:
         if log is not None:
             log.close(timing.EVENTS_WAIT)
 
-    def _open(self) -> EventLog:
+    def _open(self) -> Optional[EventLog]:
+        """The writer, made at the first event (None: neither a file nor torch's handler)."""
         if self.log is None:
-            target = self.target
-            assert target is not None
-            self.log = EventLog(target.path, target.job, target.run, self.node)
-            self.log.write(LAUNCH, **dict(target.launch))
+            target, handler = self.target, self.handler()
+            self._torch = handler if handler and handler != "null" else None
+            if target is None and self._torch is None:
+                return None
+            forward = self._forward if self._torch is not None else None
+            if target is None:
+                self.log = EventLog("", node=self.node, forward=forward)
+            else:
+                self.log = EventLog(target.path, target.job, target.run, self.node, forward=forward)
+                self.log.write(LAUNCH, **dict(target.launch))
         return self.log
+
+    def _forward(self, event: Entry) -> None:
+        """One event to torch's handler; the first refusal is said, and ends the forwarding."""
+        handler = self._torch
+        if handler is None:
+            return
+        why = torch_events.record(event, handler)
+        if why is not None:
+            self._torch = None
+            say(
+                f"torchrun_jsc: event log: torch's events handler {handler!r} refused an event"
+                f" ({why}); no more events are given to it"
+            )
 
     def end(self, exit_code: int, outcome: str) -> None:
         """Log the end and print the run's summary line (once; nothing where this agent wrote
@@ -63,7 +93,7 @@ class Chronicle:
             log.write(END, exit_code=exit_code, outcome=outcome)
             self._ended = True
         log.close(timing.EVENTS_WAIT)
-        entries = self._this_run(log)
+        entries = self._this_run(log) if log.path else []
         if entries:
             say(summary_line(account(entries)))
 

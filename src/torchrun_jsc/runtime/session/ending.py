@@ -65,6 +65,10 @@ class Watch(Protocol):
     def serving(self) -> bool:
         """Whether this agent serves the store (and so watches everyone's heartbeats)."""
 
+    @property
+    def writes_events(self) -> bool:
+        """Whether this agent writes the event log."""
+
     def post(self, event: Event) -> None:
         """Decide on ``event`` and carry out what was decided."""
 
@@ -131,6 +135,8 @@ class Ending:
     def end_chronicle(self) -> None:
         """The event log's end and the run's summary line (where this agent writes the log)."""
         state = self.watch.state
+        if not self.watch.writes_events:
+            return
         good = state.succeeded and not state.failed
         self.watch.chronicle.end(0 if good else 1, "succeeded" if good else "failed")
 
