@@ -22,10 +22,11 @@ class Row(NamedTuple):
 
 
 class Timeline(NamedTuple):
-    """The rows in node order, the handovers' and the runs' starts, and the gaps between runs
-    (seconds since the job's start)."""
+    """The rows in node order, the rounds' starts (with their restart count), the handovers'
+    and the runs' starts, and the gaps between runs (seconds since the job's start)."""
 
     rows: Tuple[Row, ...]
+    rounds: Tuple[Tuple[float, int], ...]
     handovers: Tuple[float, ...]
     runs: Tuple[float, ...]
     gaps: Tuple[Tuple[float, float], ...]
@@ -54,6 +55,7 @@ def rows(job: Job) -> Timeline:
     gaps = tuple((a.end - start, b.start - start) for a, b in zip(job.runs, job.runs[1:]))
     return Timeline(
         rows=tuple(Row(n, tuple(spans[n]), tuple(lost.get(n, ()))) for n in ordered),
+        rounds=tuple((r.time - start, r.restart) for run in job.runs for r in run.rounds),
         handovers=tuple(h.time - start for run in job.runs for h in run.handovers),
         runs=tuple(run.start - start for run in job.runs),
         gaps=gaps,
@@ -82,6 +84,16 @@ def draw(job: Job, path: str) -> None:
         ax.axvspan(a / minutes, b / minutes, color="0.85", label="requeued: between runs")
     for t in timeline.handovers:
         ax.axvline(t / minutes, color="tab:blue", ls="--", label="handover")
+    for t, restart in timeline.rounds[1:]:
+        ax.axvline(t / minutes, color="0.6", ls=":", lw=1)
+        ax.annotate(
+            f"restart {restart}" if restart else "round",
+            (t / minutes, count - 0.5),
+            fontsize="x-small",
+            color="0.35",
+            xytext=(2, 0),
+            textcoords="offset points",
+        )
     ax.set_yticks(range(count))
     ax.set_yticklabels([r.node for r in reversed(timeline.rows)] or [""])
     ax.set_xlabel("minutes since the job's first event")
@@ -90,7 +102,14 @@ def draw(job: Job, path: str) -> None:
     ax.set_title(f"{title}: {len(job.runs)} run(s), {sum(len(r.rounds) for r in job.runs)} rounds")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), loc="upper right", fontsize="small")
+    ax.legend(
+        unique.values(),
+        unique.keys(),
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize="small",
+        frameon=False,
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
