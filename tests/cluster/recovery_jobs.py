@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import os
 import re
+import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, NamedTuple, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Sequence, Tuple
 
 from tests.cluster.harness import Cluster
 from tests.cluster.scenarios import Job, torchrun_argv
+from torchrun_jsc.runtime.events import entry
+from torchrun_jsc.runtime.events.entry import Entry
 
 SLOW = os.environ.get("TRJSC_SLOW_SCENARIOS") == "1"
 RESUME = Path(__file__).resolve().parent / "jobs" / "resume.py"
@@ -113,12 +118,55 @@ def envs(cluster: Cluster, n: int, name: str) -> List[Dict[str, str]]:
     assert cluster.workdir is not None
     ckpt = cluster.workdir / f"{name}.ckpt"
     ckpt.unlink(missing_ok=True)
+    log = events_path(cluster, name)
+    log.unlink(missing_ok=True)
     base = {
         "TRJSC_CKPT": str(ckpt),
         "TRJSC_STEPS": str(STEPS),
         "TORCHRUN_JSC_PEER_TIMEOUT": f"{PEER_TIMEOUT:g}",
+        "TORCHRUN_JSC_EVENTS": str(log),
     }
     return [{"TORCHRUN_JSC_NODE_RANK": str(i), **base} for i in range(n)]
+
+
+def events_path(cluster: Cluster, name: str) -> Path:
+    """The event log of the job ``name`` (the agents run outside Slurm: it is set)."""
+    assert cluster.workdir is not None
+    return cluster.workdir / f"{name}.events.jsonl"
+
+
+def events_of(cluster: Cluster, name: str) -> List[Entry]:
+    """The events the job ``name`` logged, every line readable, in time order."""
+    lines = events_path(cluster, name).read_text().splitlines()
+    found = entry.read(lines)
+    assert found.skipped == 0, "\n".join(lines)
+    assert [e.time for e in found.entries] == sorted(e.time for e in found.entries)
+    return list(found.entries)
+
+
+def report(cluster: Cluster, name: str) -> Tuple[str, Tuple[int, int]]:
+    """``python -m torchrun_jsc.report`` on the job ``name``'s event log, with its timeline
+    drawn: what it printed, and the picture's width and height (pixels)."""
+    assert cluster.workdir is not None
+    picture = cluster.workdir / f"{name}.timeline.png"
+    log = str(events_path(cluster, name))
+    done = subprocess.run(
+        [sys.executable, "-m", "torchrun_jsc.report", log, "--plot", str(picture)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    data = picture.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:8]
+    width, height = struct.unpack(">II", data[16:24])
+    return done.stdout, (width, height)
+
+
+def named(index: int) -> Dict[str, Any]:
+    """Node ``index`` as the event log names it."""
+    return entry.node(f"node{index}", index)
 
 
 def wait_for_step(job: Job, node: int, step: int, limit: float = 150.0) -> None:

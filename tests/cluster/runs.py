@@ -99,7 +99,9 @@ class Runs:
         env: Optional[Mapping[str, str]] = None,
         timeout: float = 120.0,
     ) -> Result:
-        """Run ``argv`` on the login node (netns ctl, hostname ctl, SLURM_CONF set).
+        """Run ``argv`` on the login node (netns ctl, hostname ctl, SLURM_CONF set), in the
+        cluster's workdir (a job's submit directory: what the jobs write there, their event
+        logs, stays with the cluster).
 
         ``env`` is added to this process's environment (minus SLURM_*/launcher variables).
         On timeout the command's process group is killed and ``timed_out`` is set.
@@ -121,6 +123,7 @@ class Runs:
                 stdout=out,
                 stderr=err,
                 env=env,
+                cwd=wd,
                 start_new_session=True,
                 text=True,
             )

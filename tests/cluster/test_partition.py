@@ -47,8 +47,13 @@ CUT_OFF_ENDS = PEER_TIMEOUT + Config(peer_timeout=PEER_TIMEOUT, grace=TERM_GRACE
 
 
 def last_line(job: Job, node: int) -> str:
-    """The last non-empty line node ``node``'s agent printed."""
-    lines = [ln for ln in job.output(node).splitlines() if ln.strip()]
+    """The last non-empty line node ``node``'s agent printed, the rendezvous host's summary
+    line aside (it ends the run of the node that writes the event log)."""
+    lines = [
+        ln
+        for ln in job.output(node).splitlines()
+        if ln.strip() and not ln.startswith("torchrun_jsc: summary: ")
+    ]
     return lines[-1] if lines else ""
 
 

@@ -26,10 +26,13 @@ from tests.cluster.recovery_jobs import (
     assert_resumed_and_completed,
     command,
     envs,
+    events_of,
     every_node_exited,
     every_node_failed,
     first_step_after,
     last_run,
+    named,
+    report,
     said,
     spare_of,
     steps_into_round,
@@ -91,6 +94,49 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
     assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
     assert job.wait_gone(list(range(5)), 20) == {}, said(job)
     print(f"two losses: every live node ended {took:.0f} s after the kill")
+    # the event log: node0 (the host) wrote every event; each loss names its node
+    events = events_of(cluster, "two")
+    assert [e.event for e in events] == [
+        "launch",
+        "round",
+        "lost",
+        "round",
+        "restart",
+        "lost",
+        "round",
+        "restart",
+        "end",
+    ], said(job)
+    assert {e.node for e in events} == {"node0"}
+    rounds = [e for e in events if e.event == "round"]
+    assert [r.get("restart") for r in rounds] == [0, 1, 2]
+    assert [r.get("members") for r in rounds] == [
+        [named(i) for i in first],
+        [named(i) for i in sorted({*first, spare} - {frozen})],
+        [named(i) for i in live],
+    ]
+    losses = [e for e in events if e.event == "lost"]
+    assert [(e.get("lost"), e.get("detection"), e.get("next")) for e in losses] == [
+        (named(frozen), "heartbeat", "restart"),
+        (named(killed), "heartbeat", "restart"),
+    ]
+    restarts = [e for e in events if e.event == "restart"]
+    assert [(e.get("left"), e.get("came")) for e in restarts] == [
+        ([named(frozen)], [named(spare)]),
+        ([named(killed)], []),
+    ]
+    assert events[-1].get("exit_code") == 0
+    summary = [ln for ln in job.output(0).splitlines() if "torchrun_jsc: summary:" in ln]
+    assert len(summary) == 1, said(job)
+    assert "3 rounds, 2 restarts; lost node" in summary[0], said(job)
+    assert summary[0].count("training again after") == 2, said(job)
+    # the report counts the same, and draws one row per node (5): 0.4 inch each at 100 dpi
+    printed, (width, height) = report(cluster, "two")
+    assert printed.startswith(
+        "job (outside Slurm): 1 run, 3 rounds, 2 nodes lost, 2 recovered inside the"
+        " allocation, 0 requeues;"
+    ), printed
+    assert (width, height) == (1000, round(100 * (1.2 + 0.4 * 5))), printed
 
 
 @pytest.mark.slow(reason="slow: TRJSC_SLOW_SCENARIOS=1 (by hand; the matrix leaves it out)")
@@ -243,6 +289,26 @@ def test_the_next_node_hosts_when_the_rendezvous_host_is_lost_twice(
     assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
     assert job.wait_gone(list(range(5)), 20) == {}, said(job)
     print(f"failover: every live node ended {took:.0f} s after the kill")
+    # the event log: one writer at a time, each host after the one before (the thawed node0
+    # writes nothing more), each handover logged by the next host
+    events = events_of(cluster, "failover")
+    writers = [e.node for e in events]
+    assert list(dict.fromkeys(writers)) == ["node0", f"node{host1}", f"node{host2}"], said(job)
+    assert writers == sorted(writers, key=lambda w: [0, host1, host2].index(int(w[4:])))
+    assert [e.event for e in events] == [
+        *("launch", "round"),
+        *("launch", "handover", "round"),
+        *("launch", "handover", "round", "end"),
+    ], said(job)
+    handovers = [e for e in events if e.event == "handover"]
+    assert [(e.get("restart"), e.get("lost_nodes")) for e in handovers] == [
+        (1, [0]),
+        (2, [0, host1]),
+    ]
+    assert [e.get("restart") for e in events if e.event == "round"] == [0, 1, 2]
+    summary = [ln for ln in job.output(host2).splitlines() if "torchrun_jsc: summary:" in ln]
+    assert len(summary) == 1 and "3 rounds, 2 restarts;" in summary[0], said(job)
+    assert "lost 2 rendezvous hosts: 2 handovers" in summary[0], said(job)
 
 
 @pytest.mark.slow(reason="per release: TRJSC_SLOW_SCENARIOS=1 (scripts/torch-matrix sets it)")

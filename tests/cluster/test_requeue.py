@@ -14,6 +14,8 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence, Tuple
@@ -24,6 +26,7 @@ from tests.cluster.harness import Cluster
 from tests.cluster.recovery_jobs import PEER_TIMEOUT, RESUME, Run, last_run
 from tests.cluster.scenarios import torchrun_argv
 from tests.cluster.system import cmdline
+from torchrun_jsc.runtime.events import entry
 
 pytestmark = pytest.mark.cluster
 
@@ -260,7 +263,37 @@ def test_the_warning_then_a_lost_node_requeue_the_job_which_resumes_each_time(
     assert all(f"host=node{node} " not in t for t in third), context
     runs = assert_resumed(third, 4, context)
     assert min(r.resumed_from for r in runs.values()) >= step, context
-    assert all("requeue" not in t for t in third), context
+    # nothing of a requeue in the last run but the count in its summary line
+    assert not [
+        ln for t in third for ln in t.splitlines() if "requeue" in ln and "summary:" not in ln
+    ], context
+    # the event log, by default in the submit directory: every run appended to it
+    log = Path(job_fields(cluster, job)["WorkDir"]) / f"torchrun_jsc-{job}.events.jsonl"
+    found = entry.read(log.read_text().splitlines())
+    assert found.skipped == 0, log.read_text()
+    by_run = {r: [e for e in found.entries if e.run == r] for r in (0, 1, 2)}
+    assert {e.job for e in found.entries} == {job}
+    assert sorted({e.run for e in found.entries}) == [0, 1, 2], log.read_text()
+    for r, events in by_run.items():  # one writer per run: its host
+        assert [e.event for e in events[:2]] == ["launch", "round"], f"run {r}: {events}"
+        assert len({e.node for e in events}) == 1, f"run {r}: {events}"
+    requeues = [
+        (e.run, e.get("excluded"), e.get("done")) for e in found.entries if e.event == "requeue"
+    ]
+    assert requeues == [(0, [], True), (1, [f"node{node}"], True)], log.read_text()
+    lost = [(e.run, e.get("lost"), e.get("next")) for e in found.entries if e.event == "lost"]
+    assert lost == [(1, entry.node(f"node{node}", 3), "stop")], log.read_text()
+    assert [e.get("exit_code") for e in by_run[2] if e.event == "end"] == [0], log.read_text()
+    printed = subprocess.run(
+        [sys.executable, "-m", "torchrun_jsc.report", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert printed.startswith(
+        f"job {job}: 3 runs, 3 rounds, 1 node lost, 0 recovered inside the allocation, 2 requeues;"
+    ), printed
 
 
 def lost_then_requeued(

@@ -10,6 +10,7 @@ import pytest
 
 from tests.cluster.harness import Cluster
 from tests.cluster.scenarios import torchrun_argv
+from torchrun_jsc.runtime.events import entry
 
 pytestmark = pytest.mark.cluster
 
@@ -90,3 +91,11 @@ def test_scancel_is_one_line_per_node(main_cluster: Cluster) -> None:
         # its collective before its own signal comes; that traceback is the training's output
         # (none of its frames is the launcher's), not the launcher's
         assert launcher_tracebacks(text) == [] and "Logging error" not in text, text[-6000:]
+    # the event log, in the submit directory by default: the host logged the stop and its end
+    log = main_cluster.workdir / f"torchrun_jsc-{jobid}.events.jsonl"  # type: ignore[operator]
+    found = entry.read(log.read_text().splitlines())
+    assert found.skipped == 0, log.read_text()
+    causes = [str(e.get("cause")) for e in found.entries if e.event == "stop"]
+    assert any(c.startswith("stopped by SIGTERM from Slurm") for c in causes), log.read_text()
+    assert [e.event for e in found.entries][:2] == ["launch", "round"], log.read_text()
+    assert {e.node for e in found.entries} == {"node0"}, log.read_text()
