@@ -8,8 +8,7 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-#: The package version (the one source: pyproject.toml reads it from here).
-__version__ = "0.2.0"
+from .release import __version__
 
 __all__ = ["__version__", "apply_fixes"]
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from . import __version__
 from .decisions import Collector
 from .facts import NodeFacts
 from .handover import Handover
 from .patches import params
 from .patches.params import AGENT_SIDE
+from .release import __version__
 from .request import Request, handled_signals
 from .runtime.events.entry import LogTarget
 from .runtime.requeue.decision import Budget
