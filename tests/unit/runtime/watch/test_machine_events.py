@@ -24,18 +24,10 @@ from torchrun_jsc.runtime.watch.vocabulary import (
     ToldToStop,
 )
 
-RECOVER = Config(
-    hostname="node0",
-    node_rank=0,
-    endpoint="node0i:29500",
-    peer_timeout=60.0,
-    report=True,
-    recovery=True,
-    min_nodes=3,
-    max_restarts=3,
-    elastic=True,
-    run_id="job7",
-)
+from .test_machine_recovery import SMALLER
+
+#: --nnodes=3:4 --max_restarts=3, recovery on (test_machine_recovery's).
+RECOVER = SMALLER
 PLAIN = RECOVER._replace(recovery=False, elastic=False, max_restarts=0, min_nodes=4)
 TRAINING = State(phase=Phase.TRAINING)
 N3, N4 = Member("node3", 3), Member("node4", 4)
@@ -47,6 +39,18 @@ def logs(actions: Tuple[Action, ...]) -> List[Tuple[str, Dict[str, Any]]]:
 
 def lost(left: bool) -> MembersLost:
     return MembersLost(("k3",), "node3", 3, 61.04, 1000.5, left, members=4, spares=1)
+
+
+def lost_fields(next_step: str) -> Dict[str, Any]:
+    """The ``lost`` event of :func:`lost`'s node3, going on with ``next_step``."""
+    return {
+        "lost": {"name": "node3", "node_rank": 3},
+        "more": 0,
+        "detection": "heartbeat",
+        "quiet": 61.0,
+        "last_seen": "1970-01-01T00:16:40.500Z",
+        "next": next_step,
+    }
 
 
 TABLE: List[Tuple[str, Config, State, Event, List[Tuple[str, Dict[str, Any]]]]] = [
@@ -87,19 +91,7 @@ TABLE: List[Tuple[str, Config, State, Event, List[Tuple[str, Dict[str, Any]]]]] 
         RECOVER,
         TRAINING,
         lost(left=True),
-        [
-            (
-                "lost",
-                {
-                    "lost": {"name": "node3", "node_rank": 3},
-                    "more": 0,
-                    "detection": "heartbeat",
-                    "quiet": 61.0,
-                    "last_seen": "1970-01-01T00:16:40.500Z",
-                    "next": "restart",
-                },
-            )
-        ],
+        [("lost", lost_fields("restart"))],
     ),
     (
         "a node lost with no restarts left: lost, then the stop",
@@ -107,17 +99,7 @@ TABLE: List[Tuple[str, Config, State, Event, List[Tuple[str, Dict[str, Any]]]]] 
         TRAINING,
         lost(left=False),
         [
-            (
-                "lost",
-                {
-                    "lost": {"name": "node3", "node_rank": 3},
-                    "more": 0,
-                    "detection": "heartbeat",
-                    "quiet": 61.0,
-                    "last_seen": "1970-01-01T00:16:40.500Z",
-                    "next": "stop",
-                },
-            ),
+            ("lost", lost_fields("stop")),
             (
                 "stop",
                 {
