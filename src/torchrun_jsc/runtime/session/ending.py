@@ -128,9 +128,11 @@ class Ending:
             self.end_chronicle()  # the summary before the last line: that stays last
             self.print_last_line()
         finally:
-            self._quiesce()
+            # silenced before the threads are stopped: a watch thread's store call that fails
+            # while it is joined prints torch's C++ warning, which came after the last line
             if self.watch.state.failed and self.watch.config.report:
                 silence_teardown()
+            self._quiesce()
 
     def end_chronicle(self) -> None:
         """The event log's end and the run's summary line (where this agent writes the log)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import pytest
 
@@ -407,3 +407,25 @@ def test_after_the_last_line_the_teardown_is_silenced(
     monkeypatch.setattr(session.ending, "print_last_line", lambda: None)
     session.at_exit()
     assert len(calls) == silenced
+
+
+def test_the_teardown_is_silenced_before_the_watch_threads_are_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A watch thread whose store call fails while it is being joined prints torch's C++
+    warning; that came after the last line (CI, a thawed node): silenced first, joined after."""
+    from torchrun_jsc.runtime.session import ending
+
+    order: List[str] = []
+    monkeypatch.setattr(ending, "silence_teardown", lambda: order.append("silenced"))
+    session = new_session(peer_timeout=0.0)
+    session.state = State(Phase.TRAINING, failed=True)
+    monkeypatch.setattr(session.ending, "print_last_line", lambda: order.append("last line"))
+
+    class Joined(threading.Thread):
+        def join(self, timeout: Optional[float] = None) -> None:
+            order.append("joined")
+
+    session.threads.append(Joined())
+    session.at_exit()
+    assert order == ["last line", "silenced", "joined"]
