@@ -102,6 +102,7 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
         "lost",
         "round",
         "restart",
+        "join",
         "lost",
         "round",
         "restart",
@@ -125,6 +126,8 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
         ([named(frozen)], [named(spare)]),
         ([named(killed)], []),
     ]
+    joins = [e for e in events if e.event == "join"]
+    assert [(e.get("spare"), e.get("restart")) for e in joins] == [(named(spare), 1)]
     assert events[-1].get("exit_code") == 0
     summary = [ln for ln in job.output(0).splitlines() if "torchrun_jsc: summary:" in ln]
     assert len(summary) == 1, said(job)

@@ -255,10 +255,11 @@ VARIABLES: Tuple[Variable, ...] = (
         "a file, a folder (the file is made in it), or none",
         (
             "The job's event log: the rendezvous host appends one JSON object per line for each"
-            " launch, round, lost node, restart, handover, requeue, stop and end, every run of a"
-            " requeued job to the same file (docs/events.md lists them), and prints a summary line"
-            " at each run's end; `python -m torchrun_jsc.report FILE` shows the whole job. A file"
-            " that cannot be written costs one line, never the job. `none`: off."
+            " launch, round, lost node, restart, spare joining, handover, requeue, stop and end,"
+            " every run of a requeued job to the same file (docs/events.md lists them), and"
+            " prints a summary line at each run's end; `python -m torchrun_jsc.report FILE`"
+            " shows the whole job. A file that cannot be written costs one line, never the job."
+            " `none`: off."
         ),
         short="a file or folder, `none`",
     ),

@@ -21,6 +21,7 @@ ROUND = "round"
 LOST = "lost"
 RESTART = "restart"
 HANDOVER = "handover"
+JOIN = "join"
 STOP = "stop"
 REQUEUE = "requeue"
 SIGNAL = "signal"
@@ -49,6 +50,10 @@ EVENTS: Mapping[str, Tuple[str, str]] = MappingProxyType(
         RESTART: (
             "the job went on after a loss: the new round formed",
             "`restart`, `left`, `came` (nodes; `came` holds the spares that joined), `size`",
+        ),
+        JOIN: (
+            "a spare took a lost node's place in the new round (after its `restart`)",
+            "`spare` (the node that joined), `restart`",
         ),
         HANDOVER: (
             "the rendezvous host was lost and this node hosts the next round",

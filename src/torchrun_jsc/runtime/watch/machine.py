@@ -178,7 +178,10 @@ def _joined(config: Config, state: State, event: Joined) -> Decision:
             ("size", event.size),
         ),
     )
-    return new, (Say(_restart_line(config, event)), _round_log(event), restart, *budget)
+    joins = tuple(
+        Log(events.JOIN, (("spare", _node(m)), ("restart", event.restart))) for m in event.came
+    )
+    return new, (Say(_restart_line(config, event)), _round_log(event), restart, *joins, *budget)
 
 
 def _round_log(event: Joined) -> Log:

@@ -62,7 +62,7 @@ TABLE: List[Tuple[str, Config, State, Event, List[Tuple[str, Dict[str, Any]]]]] 
         [("round", {"restart": 0, "size": 4, "spares": 1})],
     ),
     (
-        "a restart with a spare in the lost node's place: the round, then the restart",
+        "a restart with a spare in the lost node's place: the round, the restart, the join",
         RECOVER,
         TRAINING,
         Joined(restart=1, size=4, left=(N3,), came=(N4,)),
@@ -76,6 +76,20 @@ TABLE: List[Tuple[str, Config, State, Event, List[Tuple[str, Dict[str, Any]]]]] 
                     "came": [{"name": "node4", "node_rank": 4}],
                     "size": 4,
                 },
+            ),
+            ("join", {"spare": {"name": "node4", "node_rank": 4}, "restart": 1}),
+        ],
+    ),
+    (
+        "a restart without a spare: no join",
+        RECOVER,
+        TRAINING,
+        Joined(restart=1, size=3, left=(N3,)),
+        [
+            ("round", {"restart": 1, "size": 3, "spares": 0}),
+            (
+                "restart",
+                {"restart": 1, "left": [{"name": "node3", "node_rank": 3}], "came": [], "size": 3},
             ),
         ],
     ),
