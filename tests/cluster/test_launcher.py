@@ -6,16 +6,18 @@ The scenarios run once per interpreter in TRJSC_CLUSTER_PYTHONS (see conftest.py
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
 from tests.cluster.conftest import torch_label
 from tests.cluster.harness import Cluster, Result, ib_ip, ib_ip6
+from tests.cluster.runs import split_labeled
 from tests.cluster.scenarios import (
     TRAIN,
     all_text,
@@ -24,6 +26,7 @@ from tests.cluster.scenarios import (
     describe,
     parse_results,
 )
+from torchrun_jsc.runtime.events import entry
 
 pytestmark = pytest.mark.cluster
 
@@ -125,6 +128,37 @@ def test_without_slurm(jsc_cluster: Cluster, with_rank: bool) -> None:
     ]
     results = jsc_cluster.run_on_nodes([argv] * 4, envs, timeout=150)
     assert_training_ok(jsc_cluster, results, world=4, master_addr=ib_ip(0))
+
+
+def test_torchs_events_handler_gets_the_event_log(jsc_cluster: Cluster) -> None:
+    """``--event-log-handler console`` (torch 2.8+): the rendezvous host gives torch's handler
+    each event it writes to the log, as ``torchrun_jsc.<event>`` from the agent; the others
+    give none (one writer)."""
+    label = torch_label(jsc_cluster.python)
+    if label == "torch?" or tuple(int(x) for x in label[5:].split(".")[:2]) < (2, 8):
+        pytest.skip(f"--event-log-handler is torch 2.8's and later ({label})")
+    assert jsc_cluster.workdir is not None
+    log = jsc_cluster.workdir / "handler.events.jsonl"
+    log.unlink(missing_ok=True)
+    argv = jsc(jsc_cluster, extra=("--event-log-handler", "console"))
+    r = srun(jsc_cluster, argv, env={"TORCHRUN_JSC_EVENTS": str(log)})
+    assert_training_ok(jsc_cluster, r, world=4)
+    given: Dict[str, List[Dict[str, Any]]] = {}
+    for task, text in split_labeled(r.output).items():
+        for line in text.splitlines():
+            if '"torchrun_jsc.' in line:
+                given.setdefault(str(task), []).append(json.loads(line[line.index("{") :]))
+    written = entry.read(log.read_text().splitlines())
+    assert written.skipped == 0 and written.entries, log.read_text()
+    host = [str(t) for t, text in split_labeled(r.output).items() if "summary:" in text]
+    assert list(given) == host, describe(r)
+    events = given[host[0]]
+    assert [e["name"] for e in events] == [f"torchrun_jsc.{e.event}" for e in written.entries], (
+        describe(r)
+    )
+    assert {e["source"] for e in events} == {"AGENT"}
+    members = json.loads(events[1]["metadata"]["members"])
+    assert [m["node_rank"] for m in members] == [0, 1, 2, 3], events[1]
 
 
 def test_two_agents_on_one_node_with_a_name_torch_rejects(jsc_cluster: Cluster) -> None:
