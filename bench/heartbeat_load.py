@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -33,22 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # this checkout's torchrun_jsc, not an installed one
 sys.path.insert(0, str(ROOT / "bench"))
 
+from loopback import isolate, raise_open_files, start_server  # noqa: E402
 from record import record  # noqa: E402
 from torchrun_jsc.runtime.watch import heartbeats  # noqa: E402
-
-SERVER = """
-import datetime, sys, time
-import torch.distributed as dist
-store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                      timeout=datetime.timedelta(seconds=60))
-print(store.port, flush=True)
-time.sleep(float(sys.argv[1]))
-"""
-
-
-def raise_open_files() -> None:
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def beat(port: int, first: int, count: int, seconds: float, timeout: float) -> None:
@@ -116,11 +102,7 @@ def run(nodes: int, seconds: float, timeout: float, processes: int) -> Dict[str,
     import psutil
 
     warmup = 3.0
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(seconds + 120)], stdout=subprocess.PIPE, text=True
-    )
-    assert server.stdout is not None
-    port = int(server.stdout.readline())
+    server, port = start_server(seconds + 120)
     me = str(Path(__file__).resolve())
     per = -(-nodes // processes)
     children = []
@@ -179,19 +161,6 @@ def run(nodes: int, seconds: float, timeout: float, processes: int) -> Dict[str,
     }
 
 
-def isolate() -> None:
-    """Re-run this script in its own network namespace (loopback only), once."""
-    import os
-
-    if os.environ.get("TRJSC_BENCH_NETNS") == "1":
-        return
-    if os.geteuid() != 0:
-        raise SystemExit("heartbeat_load.py needs root (it runs in its own network namespace)")
-    os.environ["TRJSC_BENCH_NETNS"] = "1"
-    script = 'ip link set lo up && exec "$@"'
-    os.execvp("unshare", ["unshare", "-n", "sh", "-c", script, "sh", sys.executable, *sys.argv])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1024])
@@ -210,7 +179,7 @@ def main() -> None:
         port, nodes, seconds, timeout = args.watch
         watch(int(port), int(nodes), float(seconds), float(timeout))
         return
-    isolate()
+    isolate("heartbeat_load.py")
     raise_open_files()
     rows = [run(n, args.seconds, args.timeout, args.processes) for n in args.nodes]
     for row in rows:
