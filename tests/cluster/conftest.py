@@ -13,13 +13,14 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import pytest
 
 from tests.cluster.harness import Cluster, free_prefix, missing_requirements
 from tests.cluster.recovery_jobs import SLOW
 from tests.cluster.scenarios import Job
+from torchrun_jsc.versions import TorchVersion
 
 HERE = Path(__file__).resolve().parent
 _why: list[str] | None = None
@@ -54,6 +55,12 @@ def torch_label(python: Path) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "torch?"
     return "torch" + out.stdout.strip() if out.returncode == 0 else "torch?"
+
+
+def torch_version(python: Path) -> Optional[TorchVersion]:
+    """The interpreter's torch release (None when unknown)."""
+    label = torch_label(python)
+    return None if label == "torch?" else TorchVersion.parse(label[len("torch") :])
 
 
 def per_interpreter(item: pytest.Item) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
-from tests.cluster.conftest import torch_label
+from tests.cluster.conftest import torch_version
 from tests.cluster.harness import Cluster, Result, ib_ip, ib_ip6
 from tests.cluster.runs import split_labeled
 from tests.cluster.scenarios import (
@@ -134,23 +134,24 @@ def test_torchs_events_handler_gets_the_event_log(jsc_cluster: Cluster) -> None:
     """``--event-log-handler console`` (torch 2.8+): the rendezvous host gives torch's handler
     each event it writes to the log, as ``torchrun_jsc.<event>`` from the agent; the others
     give none (one writer)."""
-    label = torch_label(jsc_cluster.python)
-    if label == "torch?" or tuple(int(x) for x in label[5:].split(".")[:2]) < (2, 8):
-        pytest.skip(f"--event-log-handler is torch 2.8's and later ({label})")
+    version = torch_version(jsc_cluster.python)
+    if version is None or version.key < (2, 8):
+        pytest.skip(f"--event-log-handler is torch 2.8's and later (torch {version or '?'})")
     assert jsc_cluster.workdir is not None
     log = jsc_cluster.workdir / "handler.events.jsonl"
     log.unlink(missing_ok=True)
     argv = jsc(jsc_cluster, extra=("--event-log-handler", "console"))
     r = srun(jsc_cluster, argv, env={"TORCHRUN_JSC_EVENTS": str(log)})
     assert_training_ok(jsc_cluster, r, world=4)
+    by_task = split_labeled(r.output)
     given: Dict[str, List[Dict[str, Any]]] = {}
-    for task, text in split_labeled(r.output).items():
+    for task, text in by_task.items():
         for line in text.splitlines():
             if '"torchrun_jsc.' in line:
                 given.setdefault(str(task), []).append(json.loads(line[line.index("{") :]))
     written = entry.read(log.read_text().splitlines())
     assert written.skipped == 0 and written.entries, log.read_text()
-    host = [str(t) for t, text in split_labeled(r.output).items() if "summary:" in text]
+    host = [str(t) for t, text in by_task.items() if "summary:" in text]
     assert list(given) == host, describe(r)
     events = given[host[0]]
     assert [e["name"] for e in events] == [f"torchrun_jsc.{e.event}" for e in written.entries], (
@@ -203,16 +204,15 @@ def test_worker_crash_once_restarts(jsc_cluster: Cluster) -> None:
 
 
 def test_non_host_node_killed_during_training(jsc_cluster: Cluster) -> None:
-    version = torch_label(jsc_cluster.python)
-    major_minor = tuple(int(x) for x in version[len("torch") :].split(".")[:2] if x.isdigit())
+    version = torch_version(jsc_cluster.python)
     # torch < 2.1 agents run their exit barrier also after a failure: they wait for the dead
     # peer for exit_barrier_timeout=300 s (not settable from torchrun) before exiting non-zero
-    barrier = 300 if major_minor < (2, 1) else 0
+    barrier = 300 if version is None or version.key < (2, 1) else 0
     if barrier and os.environ.get("TRJSC_SLOW_SCENARIOS") != "1":
         pytest.skip(
-            f"{version}: torch < 2.1 agents wait {barrier} s in their exit barrier after a peer "
-            "dies (bounded, too slow for CI); TRJSC_SLOW_SCENARIOS=1 runs it, as "
-            "scripts/torch-matrix does"
+            f"torch{version or '?'}: torch < 2.1 agents wait {barrier} s in their exit barrier"
+            " after a peer dies (bounded, too slow for CI); TRJSC_SLOW_SCENARIOS=1 runs it, as"
+            " scripts/torch-matrix does"
         )
     limit = 120 + barrier
     argv = jsc(jsc_cluster, conf="join_timeout=30,read_timeout=30")

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
-from tests.cluster.conftest import torch_label
+from tests.cluster.conftest import torch_version
 from tests.cluster.harness import Cluster
 from tests.cluster.runs import split_labeled
 from tests.cluster.scenarios import (
@@ -524,10 +524,11 @@ def test_group_ranks_follow_node_ranks(crossing_cluster: Cluster, order: str) ->
     # (node0..node3) before torch 2.0, and from 2.0 on the --local_addr given, which
     # torchrun_jsc gives (the IB address) where its strategy for the release passes one
     # (not on 2.4, whose MASTER_ADDR ignores it), else the FQDN again
-    from torchrun_jsc.versions import TorchVersion, strategy_for
+    from torchrun_jsc.versions import strategy_for
 
-    version = torch_label(crossing_cluster.python)[len("torch") :]
-    by_address = strategy_for(TorchVersion.parse(version)).local_addr_arg
+    version = torch_version(crossing_cluster.python)
+    assert version is not None, "the launcher's torch version"
+    by_address = strategy_for(version).local_addr_arg
     key = (lambda i: crossing_cluster.ib_ip(i)) if by_address else (lambda i: f"node{i}")
     expected = {f"node{i}": rank for rank, i in enumerate(sorted(range(4), key=key))}
     assert group == expected, describe(result)
