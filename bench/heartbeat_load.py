@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # this checkout's torchrun_jsc, not an installed one
 sys.path.insert(0, str(ROOT / "bench"))
 
-from loopback import isolate, raise_open_files, start_server  # noqa: E402
+from loopback import isolate, raise_open_files, start_clients, start_server  # noqa: E402
 from record import record  # noqa: E402
 from torchrun_jsc.runtime.watch import heartbeats  # noqa: E402
 
@@ -104,30 +104,7 @@ def run(nodes: int, seconds: float, timeout: float, processes: int) -> Dict[str,
     warmup = 3.0
     server, port = start_server(seconds + 120)
     me = str(Path(__file__).resolve())
-    per = -(-nodes // processes)
-    children = []
-    for p in range(processes):
-        first, count = p * per, min(per, nodes - p * per)
-        if count <= 0:
-            break
-        children.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    me,
-                    "--beat",
-                    str(port),
-                    str(first),
-                    str(count),
-                    str(seconds),
-                    str(timeout),
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-        )
-    for child in children:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    children = start_clients(me, "--beat", port, nodes, processes, seconds, timeout)
     watcher = subprocess.Popen(
         [sys.executable, me, "--watch", str(port), str(nodes), str(seconds), str(timeout)],
         stdout=subprocess.PIPE,

@@ -1,5 +1,6 @@
 """What the store benchmarks share: a torch TCPStore server in a process of its own on loopback,
-the open-file limit raised for many clients, and a network namespace of their own."""
+the simulated nodes' client processes, the open-file limit raised for many clients, and a
+network namespace of their own."""
 
 from __future__ import annotations
 
@@ -26,6 +27,24 @@ def start_server(lives: float, timeout: float = 60.0) -> tuple[subprocess.Popen[
     )
     assert server.stdout is not None
     return server, int(server.stdout.readline())
+
+
+def start_clients(
+    script: str, role: str, port: int, nodes: int, processes: int, *extra: object
+) -> list[subprocess.Popen[str]]:
+    """``nodes`` simulated nodes spread over at most ``processes`` client processes, each
+    ``script role port first count *extra``, started and ready (each prints ``ready`` first)."""
+    per = -(-nodes // processes)
+    children = []
+    for p in range(processes):
+        first, count = p * per, min(per, nodes - p * per)
+        if count <= 0:
+            break
+        argv = [sys.executable, script, role, *map(str, (port, first, count, *extra))]
+        children.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    return children
 
 
 def raise_open_files() -> None:

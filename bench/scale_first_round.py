@@ -29,7 +29,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -39,7 +38,7 @@ from typing import Any, Dict, List
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from loopback import isolate, raise_open_files, start_server  # noqa: E402
+from loopback import isolate, raise_open_files, start_clients, start_server  # noqa: E402
 from record import record  # noqa: E402
 
 #: The round's key prefix (the run id).
@@ -151,30 +150,7 @@ def run(nodes: int, processes: int, join: float) -> Dict[str, Any]:
 
     server, port = start_server(1800, timeout=900)
     me = str(Path(__file__).resolve())
-    per = -(-nodes // processes)
-    children = []
-    for p in range(processes):
-        first, count = p * per, min(per, nodes - p * per)
-        if count <= 0:
-            break
-        children.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    me,
-                    "--agents",
-                    str(port),
-                    str(first),
-                    str(count),
-                    str(nodes),
-                    str(join),
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-        )
-    for child in children:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    children = start_clients(me, "--agents", port, nodes, processes, nodes, join)
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for mypy
     control = tcp_store("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
     proc = psutil.Process(server.pid)
