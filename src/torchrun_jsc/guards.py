@@ -367,14 +367,13 @@ def user_ifname_finding(
 
 
 def affinity_findings(request: Request, facts: NodeFacts) -> List[Finding]:
-    """Fewer CPUs than the task asked for (srun without ``--cpus-per-task``: Slurm 22.05 to
-    23.02 does not take it over from sbatch), or fewer than the workers to start."""
+    """Under Slurm: fewer CPUs than the task asked for (srun without ``--cpus-per-task``:
+    Slurm 22.05 to 23.02 does not take it over from sbatch), or fewer than the workers to
+    start. Elsewhere nothing: the advice is Slurm's, and the CPUs are the user's own choice."""
     options, step, cpus = request.options, request.slurm, facts.cpus
-    if options is None or cpus is None:
+    if options is None or cpus is None or step is None:
         return []
-    asked = (
-        step.cpus_per_task if step is not None and step.problem("cpus_per_task") is None else None
-    )
+    asked = step.cpus_per_task if step.problem("cpus_per_task") is None else None
     if asked is not None and cpus < asked:
         return [
             Finding(

@@ -297,6 +297,16 @@ def test_cpu_affinity_guard(
         assert "SRUN_CPUS_PER_TASK" in found[0]
 
 
+def test_no_cpu_advice_outside_slurm() -> None:
+    """Slurm advice only under Slurm: the same launch without a Slurm step warns of nothing."""
+    argv = [*MULTI[:-3], "--nproc_per_node=4", *SCRIPT]
+    p = planned(argv, {}, "2.13.0", with_facts(cpus=2))
+    assert [w for w in p.warnings if "CPU" in w] == []
+    assert [
+        w for w in planned(argv, step_env(), "2.13.0", with_facts(cpus=2)).warnings if "CPU" in w
+    ]
+
+
 @pytest.mark.parametrize(
     ("node_id", "somaxconn", "files", "words"),
     [
