@@ -22,12 +22,14 @@ def apply_fixes(strict: bool = True, argv: Optional[List[str]] = None) -> bool:
     release) raises :class:`~torchrun_jsc.errors.UnsupportedTorchError`; without, an older torch
     is left alone and a newer one gets the newest strategy; both return False.
     Bad input and refused launches raise :class:`~torchrun_jsc.errors.ConfigError`.
+    A second call in one process first undoes the first one's patches and job watch; a child
+    forked after a launch starts from plain torch.
     """
     import os
 
     import torch
 
-    from . import log
+    from . import log, patches
     from .apply import carry_out, prepare
     from .errors import ConfigError, UnsupportedTorchError
     from .versions import TorchVersion, is_untested, strategy_for
@@ -47,6 +49,7 @@ def apply_fixes(strict: bool = True, argv: Optional[List[str]] = None) -> bool:
     problem = prepared.plan.error or prepared.plan.refusal
     if problem is not None:
         raise ConfigError(problem)
+    patches.restore_all()  # a launch before this one in this process
     carry_out(prepared.plan)
     if argv is None:
         sys.argv[1:] = list(prepared.plan.argv)

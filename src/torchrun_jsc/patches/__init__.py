@@ -12,13 +12,13 @@ import importlib
 from typing import Callable, Optional
 
 from ..errors import PatchDeclinedError
-from ._common import Check, restore_all
+from ._common import Check, installed, restore_all
 from .params import AGENT_SIDE, REGISTRY, Params, name_of
 
 #: Every patch module (:data:`~torchrun_jsc.patches.params.REGISTRY` holds their parameters).
 NAMES = tuple(REGISTRY)
 
-__all__ = ["AGENT_SIDE", "NAMES", "Check", "checks_of", "install", "restore_all"]
+__all__ = ["AGENT_SIDE", "NAMES", "Check", "checks_of", "install", "installed", "restore_all"]
 
 
 def checks_of(name: str) -> tuple[Check, ...]:

@@ -1,9 +1,11 @@
-"""What every patch needs: finding a torch internal, checking its signature, undoing patches."""
+"""What every patch needs: finding a torch internal, checking its signature, undoing patches
+(:func:`restore_all`; a forked child undoes them at once, see :func:`_after_fork_in_child`)."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from typing import Any, Callable, Iterable, List, NamedTuple, Sequence, Tuple, Union
 
 from ..errors import PatchDeclinedError
@@ -15,7 +17,19 @@ LOCAL_AGENT = "torch.distributed.elastic.agent.server.local_elastic_agent"
 PROCESSES = "torch.distributed.elastic.multiprocessing.api"
 C10D_BACKEND = "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend"
 
-_UNDO: List[Union[Tuple[object, str, Any], Callable[[], None]]] = []
+
+
+class _Undo(NamedTuple):
+    """One thing :func:`restore_all` undoes: an attribute's old value ``(owner, attribute,
+    value)``, or a callable."""
+
+    what: Union[Tuple[object, str, Any], Callable[[], None]]
+    #: It ends a thread or process of the installing process: a forked child, which has
+    #: neither, skips it.
+    ends_own: bool
+
+
+_UNDO: List[_Undo] = []
 
 
 class Check(NamedTuple):
@@ -72,14 +86,20 @@ def expect(where: str, func: Any, accepted: Iterable[Sequence[str]]) -> Tuple[st
 
 def replace(owner: object, attr: str, value: Any) -> None:
     """Set ``owner.attr = value``, remembering the old value for :func:`restore_all`."""
-    _UNDO.append((owner, attr, inspect.getattr_static(owner, attr)))
+    _UNDO.append(_Undo((owner, attr, inspect.getattr_static(owner, attr)), ends_own=False))
     setattr(owner, attr, value)
 
 
-def on_restore(undo: Callable[[], None]) -> None:
+def on_restore(undo: Callable[[], None], ends_own: bool = False) -> None:
     """Run ``undo`` in :func:`restore_all` (for what is not an attribute: signal handlers,
-    exit hooks)."""
-    _UNDO.append(undo)
+    exit hooks); ``ends_own``: it ends a thread or process this process started, which a
+    forked child does not run."""
+    _UNDO.append(_Undo(undo, ends_own))
+
+
+def installed() -> bool:
+    """Whether any patch is installed in this process."""
+    return bool(_UNDO)
 
 
 def restore_all() -> None:
@@ -88,11 +108,32 @@ def restore_all() -> None:
     workers it was told of, and its registry and stop signals start afresh)."""
     from ..runtime import agent  # here: not every user of the patch mechanism needs it
 
+    _undo(in_child=False)
+    agent.forget()
+
+
+def _undo(in_child: bool) -> None:
     while _UNDO:
         entry = _UNDO.pop()
-        if callable(entry):
-            entry()
+        if in_child and entry.ends_own:
+            continue
+        if callable(entry.what):
+            entry.what()
         else:
-            owner, attr, value = entry
+            owner, attr, value = entry.what
             setattr(owner, attr, value)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a second agent forked after a launch, a worker torch forks) starts from
+    plain torch: the patches and signal handlers come off, and the parent's runtime is dropped
+    without touching the parent's threads and processes (the child has none of them)."""
+    if not _UNDO:
+        return
+    from ..runtime import agent
+
+    _undo(in_child=True)
     agent.forget()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

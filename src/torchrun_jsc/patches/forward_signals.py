@@ -35,7 +35,7 @@ def install(signals: Sequence[str]) -> None:
     workers = agent.runtime().workers
     forwarder = Forwarder([int(getattr(signal, name)) for name in signals], workers)
     forwarder.start()
-    on_restore(forwarder.stop)
+    on_restore(forwarder.stop, ends_own=True)
     on_restore(workers.before_start(forwarder.starting))
     for number in forwarder.signals:
         on_restore(_restorer(number, signal.signal(number, forwarder.noted)))

@@ -156,8 +156,10 @@ class Session:
         atexit.register(self.at_exit)
 
     def close(self) -> None:
-        """This session no longer ends the process (``restore_all``, tests)."""
+        """This session no longer ends the process and its threads stop (``restore_all``: a
+        second ``apply_fixes``, a forked child, where none of them runs, tests)."""
         atexit.unregister(self.at_exit)
+        self.ending.stop_threads()
 
     def _connect(self) -> Optional[JobProtocol]:
         """The store protocol, made once all parts are configured (at the first round)."""

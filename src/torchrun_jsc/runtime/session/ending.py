@@ -132,7 +132,7 @@ class Ending:
             # while it is joined prints torch's C++ warning, which came after the last line
             if self.watch.state.failed and self.watch.config.report:
                 silence_teardown()
-            self._quiesce()
+            self.stop_threads()
 
     def end_chronicle(self) -> None:
         """The event log's end and the run's summary line (where this agent writes the log)."""
@@ -142,7 +142,9 @@ class Ending:
         good = state.succeeded and not state.failed
         self.watch.chronicle.end(0 if good else 1, "succeeded" if good else "failed")
 
-    def _quiesce(self) -> None:
+    def stop_threads(self) -> None:
+        """Stop the job watch's threads (each joined within :data:`~timing.QUIESCE_WAIT`
+        in all)."""
         self.watch.closing.set()
         deadline = time.monotonic() + timing.QUIESCE_WAIT
         for thread in [*self.watch.threads, *in_flight()]:
