@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 from typing import Any, Dict, Iterator
 
@@ -46,6 +47,7 @@ def signals_thread_alive() -> bool:
 
 def in_child() -> Dict[str, Any]:
     """What a forked child sees of the patches, its signal handler and its runtime."""
+    inherited = agent.runtime().session
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
@@ -56,6 +58,7 @@ def in_child() -> Dict[str, Any]:
                 "usr2": signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL,
                 "session": agent.runtime().session is not None,
                 "installed": patches.installed(),
+                "closing": inherited is not None and inherited.closing.is_set(),
             }
             os.write(write, json.dumps(seen).encode())
             code = 0
@@ -75,12 +78,28 @@ def test_a_forked_child_starts_from_plain_torch_and_the_parent_keeps_its_patches
     install()
     assert signals_thread_alive()
     seen = in_child()
-    assert seen == {"hooked": False, "usr2": True, "session": False, "installed": False}
+    assert seen == {
+        "hooked": False,
+        "usr2": True,
+        "session": False,
+        "installed": False,
+        "closing": False,  # the child stops none of the parent's threads: it has none
+    }
     # the parent: its patches, handler, job watch and forwarding thread as they were
     assert hasattr(api.SimpleElasticAgent._rendezvous, "__torchrun_jsc_hook__")
     assert signal.getsignal(signal.SIGUSR2) != signal.SIG_DFL
     assert agent.runtime().session is not None
     assert signals_thread_alive()
+
+
+def test_a_command_started_with_a_preexec_fn_prints_nothing_of_it() -> None:
+    """``preexec_fn`` (the requeue's scontrol) runs the at-fork hooks in the child before the
+    command: they must neither fail nor write."""
+    install()
+    done = subprocess.run(
+        ["sh", "-c", "echo ok"], preexec_fn=lambda: None, capture_output=True, text=True, timeout=30
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
 
 
 def test_a_fork_without_patches_leaves_the_runtime_alone() -> None:

@@ -125,15 +125,16 @@ def _undo(in_child: bool) -> None:
 
 
 def _after_fork_in_child() -> None:
-    """A forked child (a second agent forked after a launch, a worker torch forks) starts from
-    plain torch: the patches and signal handlers come off, and the parent's runtime is dropped
+    """A forked child (a second agent forked after a launch, a worker torch forks, a command
+    started with a ``preexec_fn``) starts from plain torch: the patches and signal handlers come
+    off (attributes set, handlers put back, no lock taken), and the parent's runtime is dropped
     without touching the parent's threads and processes (the child has none of them)."""
     if not _UNDO:
         return
     from ..runtime import agent
 
     _undo(in_child=True)
-    agent.forget()
+    agent.drop_inherited()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

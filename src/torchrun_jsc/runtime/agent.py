@@ -63,3 +63,15 @@ def forget() -> None:
         if _RUNTIME.session is not None:
             _RUNTIME.session.close()
     _RUNTIME = None
+
+
+def drop_inherited() -> None:
+    """Drop the runtime a forked child inherited, touching nothing of the parent's: the
+    session's exit hook goes and the child's copy of the orphan watcher's pipe closes (the
+    watcher still has the parent's); no thread is stopped and no lock taken."""
+    global _RUNTIME
+    if _RUNTIME is not None:
+        _RUNTIME.orphans.stop()
+        if _RUNTIME.session is not None:
+            _RUNTIME.session.disown()
+    _RUNTIME = None

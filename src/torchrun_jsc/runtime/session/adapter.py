@@ -157,9 +157,14 @@ class Session:
 
     def close(self) -> None:
         """This session no longer ends the process and its threads stop (``restore_all``: a
-        second ``apply_fixes``, a forked child, where none of them runs, tests)."""
-        atexit.unregister(self.at_exit)
+        second ``apply_fixes``, tests)."""
+        self.disown()
         self.ending.stop_threads()
+
+    def disown(self) -> None:
+        """This session no longer ends the process; nothing else is touched (a forked child,
+        which has none of its threads, and where a lock a parent's thread held stays held)."""
+        atexit.unregister(self.at_exit)
 
     def _connect(self) -> Optional[JobProtocol]:
         """The store protocol, made once all parts are configured (at the first round)."""
