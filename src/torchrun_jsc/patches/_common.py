@@ -18,7 +18,6 @@ PROCESSES = "torch.distributed.elastic.multiprocessing.api"
 C10D_BACKEND = "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend"
 
 
-
 class _Undo(NamedTuple):
     """One thing :func:`restore_all` undoes: an attribute's old value ``(owner, attribute,
     value)``, or a callable."""
