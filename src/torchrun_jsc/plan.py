@@ -180,6 +180,14 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
                 f"after a handover at least a majority of the last round ({handed.quorum}"
                 " nodes), so that a node cut off alone never forms a round of its own",
             )
+    if request.own_backend:
+        draft.args.append("--rdzv_backend=c10d")
+        draft.decide(
+            "--rdzv_backend",
+            "c10d",
+            "the jsc backend is torchrun_jsc's fixes for other launchers; this command applies"
+            " them to torch's c10d itself",
+        )
     draft.front = len(draft.args)
     _check_nproc_word(draft, request, version, facts)
     fixing = False

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import autoconfig, envvars, handover
+from .backend import NAME as OWN_BACKEND
 from .errors import ConfigError
 from .network import Endpoint, parse_endpoint
 from .settings.table import Settings
@@ -114,6 +115,8 @@ class Request(NamedTuple):
     environment: Tuple[Tuple[str, str], ...] = ()
     #: This process continues a job whose rendezvous host was lost (:mod:`.handover`).
     handover: Optional[handover.Handover] = None
+    #: ``--rdzv_backend`` named torchrun_jsc's own backend (``jsc``), read as ``c10d``.
+    own_backend: bool = False
 
     def env(self, name: str) -> str:
         """A consulted variable's value ('' when unset)."""
@@ -172,6 +175,9 @@ def read_request(
     if handed is not None and handed.host_node_rank is not None:
         settings = settings._replace(host_node_rank=handed.host_node_rank)
     options = _options(command, filled)
+    own_backend = options.rdzv_backend == OWN_BACKEND
+    if own_backend:  # the backend's fixes are this command's own: planned for c10d
+        options = options._replace(rdzv_backend="c10d")
     if handed is not None and handed.quorum > options.min_nodes:
         low = min(handed.quorum, options.max_nodes)
         options = options._replace(min_nodes=low, nnodes=f"{low}:{options.max_nodes}")
@@ -205,6 +211,7 @@ def read_request(
     return base._replace(
         settings=settings,
         handover=handed,
+        own_backend=own_backend,
         version_requested=first.version_requested,
         options=options,
         insert_at=first.insert_at,
