@@ -1,0 +1,119 @@
+"""The rendezvous backend ``jsc`` through launchers nobody here wrote: torch's own ``torchrun``
+and Hugging Face accelerate's ``accelerate launch``, on 4 namespace nodes with the endpoint on
+the IB network. With ``c10d`` they fail as plain torch does; with ``jsc`` they train."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from tests.cluster.conftest import torch_version
+from tests.cluster.harness import Cluster
+from tests.cluster.scenarios import (
+    TRAIN,
+    assert_failed,
+    assert_training_ok,
+    describe,
+    on_each_node,
+)
+from torchrun_jsc.backend import FIRST
+
+pytestmark = pytest.mark.cluster
+
+OK_CONF = "join_timeout=60,read_timeout=60"
+#: The plain-torch control runs fail within seconds with these (torch's parser reads them from
+#: the environment for accelerate too, which has no option for them).
+FAIL_CONF = "join_timeout=8,read_timeout=8"
+
+
+def needs_entry_points(cluster: Cluster) -> None:
+    version = torch_version(cluster.python)
+    if version is None or version.key < FIRST:
+        pytest.skip(
+            f"torch {version} loads no rendezvous backends from entry points (torch >="
+            f" {FIRST[0]}.{FIRST[1]} does)"
+        )
+
+
+def needs_accelerate(cluster: Cluster) -> None:
+    found = subprocess.run(
+        [str(cluster.python), "-c", "import accelerate"], capture_output=True, timeout=120
+    )
+    if found.returncode != 0:
+        pytest.skip(f"accelerate is not installed for {cluster.python} (the test extra has it)")
+
+
+def torchrun(cluster: Cluster, backend: str, conf: str) -> List[str]:
+    return [
+        str(cluster.python),
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=4",
+        "--nproc-per-node=1",
+        f"--rdzv-backend={backend}",
+        "--rdzv-id=5",
+        "--rdzv-endpoint=node0i:29500",
+        f"--rdzv-conf={conf}",
+        str(TRAIN),
+    ]
+
+
+def accelerate(cluster: Cluster, backend: str) -> List[str]:
+    """``accelerate launch`` as its Slurm example runs it, one task per node."""
+    return on_each_node(
+        [
+            str(cluster.python),
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_machines=4",
+            "--num_processes=4",
+            "--machine_rank=@NODEID@",
+            "--main_process_ip=node0i",
+            "--main_process_port=29500",
+            f"--rdzv_backend={backend}",
+            "--mixed_precision=no",
+            "--dynamo_backend=no",
+            str(TRAIN),
+        ]
+    )
+
+
+def test_torchrun_with_the_jsc_backend_trains(jsc_cluster: Cluster) -> None:
+    needs_entry_points(jsc_cluster)
+    r = jsc_cluster.srun(torchrun(jsc_cluster, "jsc", OK_CONF), timeout=150)
+    assert_training_ok(jsc_cluster, r, world=4)
+    # the job watch ran in torch's own agent: the host's summary line
+    assert "torchrun_jsc: summary: job" in r.stdout + r.stderr, describe(r)
+    assert "is ignored by torch" not in r.stdout + r.stderr, "torch's own settings read back"
+
+
+@pytest.mark.slow(
+    reason="accelerate from PyPI, two launches: the matrix runs it (scripts/torch-matrix)"
+)
+def test_accelerate_launch_fails_with_c10d_and_trains_with_jsc(jsc_cluster: Cluster) -> None:
+    needs_entry_points(jsc_cluster)
+    needs_accelerate(jsc_cluster)
+    env = {"HF_HUB_OFFLINE": "1", "PET_RDZV_CONF": FAIL_CONF}
+    plain = jsc_cluster.srun(accelerate(jsc_cluster, "c10d"), env=env, timeout=150)
+    assert not plain.timed_out, describe(plain)
+    assert_failed(plain, "RendezvousConnectionError", min_count=4)
+    env["PET_RDZV_CONF"] = OK_CONF
+    fixed = jsc_cluster.srun(accelerate(jsc_cluster, "jsc"), env=env, timeout=150)
+    results = assert_training_ok(jsc_cluster, fixed, world=4)
+    # accelerate's --machine_rank is torch's --node_rank, which torch ignores for c10d; the
+    # backend orders the group ranks by it (torchrun_jsc's rank order)
+    assert {r.host: r.group_rank for r in results} == {f"node{i}": str(i) for i in range(4)}
+
+
+@pytest.mark.slow(reason="a control of plain torch: the matrix runs it (scripts/torch-matrix)")
+def test_plain_torchrun_with_c10d_is_left_alone(jsc_cluster: Cluster, tmp_path: Path) -> None:
+    """Installed, the backend changes nothing for launches that do not name it."""
+    needs_entry_points(jsc_cluster)
+    r = jsc_cluster.srun(torchrun(jsc_cluster, "c10d", FAIL_CONF), timeout=120)
+    assert not r.timed_out, describe(r)
+    assert_failed(r, "RendezvousConnectionError", min_count=4)
+    assert "torchrun_jsc" not in r.stdout + r.stderr, describe(r)

@@ -1,0 +1,167 @@
+"""The ``jsc`` rendezvous backend on loopback, loaded by torch from its entry point: torch's own
+launcher (``python -m torch.distributed.run --rdzv-backend=jsc``) and ``elastic_launch`` called
+directly (planned from the rendezvous parameters alone).
+The plan's summary line (``LOGLEVEL=INFO``) shows that torchrun_jsc planned and carried out the
+launch; the workers show that it trained. ``accelerate launch`` runs on the namespace cluster
+(tests/cluster/test_backend.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import pytest
+import torch
+
+from torchrun_jsc.backend import FIRST
+from torchrun_jsc.backend.handler import PARAMS_ONLY
+from torchrun_jsc.versions import TorchVersion
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        TorchVersion.parse(str(torch.__version__)).key < FIRST,
+        reason=f"torch {torch.__version__} loads no rendezvous backends from entry points",
+    ),
+]
+
+WORKER = (
+    "import os\n"
+    "print('worker', os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['GROUP_RANK'],"
+    " flush=True)\n"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def environment() -> Dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TORCHRUN_JSC_", "PET_", "SLURM_"))
+    }
+    env.update(LOGLEVEL="INFO", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return env
+
+
+def agents(tmp_path: Path, commands: Sequence[List[str]]) -> List[subprocess.CompletedProcess[str]]:
+    """Run the commands side by side (one agent each) and wait for all of them."""
+    (tmp_path / "w.py").write_text(WORKER)
+    started = [
+        subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for command in commands
+    ]
+    done = []
+    for proc in started:
+        try:
+            out, err = proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for other in started:
+                other.kill()
+            raise
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
+
+
+def workers(runs: Sequence[subprocess.CompletedProcess[str]]) -> List[str]:
+    return sorted(line for r in runs for line in r.stdout.splitlines() if line.startswith("worker"))
+
+
+def planned(stderr: str) -> List[str]:
+    """torchrun_jsc's plan summary lines (at ``LOGLEVEL=INFO``)."""
+    return [line for line in stderr.splitlines() if line.startswith("torchrun_jsc: torch ")]
+
+
+def test_torch_launcher_with_the_jsc_backend_plans_and_trains(tmp_path: Path) -> None:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--rdzv-backend=jsc",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=backend-test",
+        "w.py",
+    ]
+    runs = agents(tmp_path, [command, command])
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+        lines = planned(r.stderr)
+        assert len(lines) == 1, r.stderr[-3000:]
+        assert "patched " in lines[0] and "store_answer" in lines[0], lines[0]
+    assert workers(runs) == ["worker 0 2 0", "worker 1 2 1"]
+
+
+def test_a_launch_the_plan_refuses_fails_with_its_line(tmp_path: Path) -> None:
+    """A ``TORCHRUN_JSC_*`` value it does not accept: torch's launcher ends with torchrun_jsc's
+    one line and exit code 2, no traceback, no worker."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--rdzv-backend=jsc",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "w.py",
+    ]
+    (tmp_path / "w.py").write_text(WORKER)
+    env = environment()
+    env["TORCHRUN_JSC_REQUEUE"] = "sometimes"
+    out = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("torchrun_jsc: error: ")]
+    assert len(errors) == 1 and "TORCHRUN_JSC_REQUEUE='sometimes'" in errors[0], out.stderr
+    assert "Traceback" not in out.stderr
+    assert "worker" not in out.stdout
+
+
+def test_elastic_launch_alone_is_planned_from_the_rendezvous_parameters(tmp_path: Path) -> None:
+    """Without torch's command line the backend warns that it planned from the parameters only,
+    and the launch trains."""
+    (tmp_path / "w.py").write_text(WORKER)
+    program = textwrap.dedent(
+        f"""\
+        import sys
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+        if __name__ == "__main__":
+            config = LaunchConfig(
+                min_nodes=1, max_nodes=1, nproc_per_node=2, rdzv_backend="jsc",
+                rdzv_endpoint="127.0.0.1:{free_port()}", run_id="direct", max_restarts=0,
+            )
+            elastic_launch(config, sys.executable)("w.py")
+            print("launched", flush=True)
+        """
+    )
+    (tmp_path / "direct.py").write_text(program)
+    out = subprocess.run(
+        [sys.executable, "direct.py"],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert PARAMS_ONLY in out.stderr, out.stderr[-3000:]
+    assert workers([out]) == ["worker 0 2 0", "worker 1 2 0"]
+    assert "launched" in out.stdout
