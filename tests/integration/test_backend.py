@@ -1,17 +1,19 @@
 """The ``jsc`` rendezvous backend on loopback, loaded by torch from its entry point: torch's own
-launcher (``python -m torch.distributed.run --rdzv-backend=jsc``) and ``elastic_launch`` called
-directly (planned from the rendezvous parameters alone).
+launcher (``python -m torch.distributed.run --rdzv-backend=jsc``), ``accelerate launch`` and
+``elastic_launch`` called directly (planned from the rendezvous parameters alone).
 The plan's summary line (``LOGLEVEL=INFO``) shows that torchrun_jsc planned and carried out the
-launch; the workers show that it trained. ``accelerate launch`` runs on the namespace cluster
-(tests/cluster/test_backend.py)."""
+launch; the workers show that it trained. ``accelerate launch`` runs here when it is installed, and
+on the namespace cluster (tests/cluster/test_backend.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -132,6 +134,66 @@ def test_a_launch_the_plan_refuses_fails_with_its_line(tmp_path: Path) -> None:
     assert len(errors) == 1 and "TORCHRUN_JSC_REQUEUE='sometimes'" in errors[0], out.stderr
     assert "Traceback" not in out.stderr
     assert "worker" not in out.stdout
+
+
+def listening(port: int, within: float) -> bool:
+    """Whether something accepts on 127.0.0.1:``port`` within ``within`` seconds."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("accelerate") is None,
+    reason="accelerate is not installed (pip install accelerate; the matrix's cluster run has it)",
+)
+def test_accelerate_launch_with_the_jsc_backend_plans_and_trains(tmp_path: Path) -> None:
+    """Two ``accelerate launch`` agents on one machine. The second starts once the first serves
+    the store: accelerate's machine rank 0 refuses a port already taken on its own machine, which
+    the other agent's store would be if it started first (one machine standing for two)."""
+    port = free_port()
+
+    def command(rank: int) -> List[str]:
+        return [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_machines=2",
+            "--num_processes=2",
+            f"--machine_rank={rank}",
+            "--main_process_ip=127.0.0.1",
+            f"--main_process_port={port}",
+            "--rdzv_backend=jsc",
+            "--mixed_precision=no",
+            "--dynamo_backend=no",
+            "w.py",
+        ]
+
+    (tmp_path / "w.py").write_text(WORKER)
+    first = subprocess.Popen(
+        command(0),
+        cwd=tmp_path,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert listening(port, 60), "machine rank 0 served no store within 60 s"
+        second = agents(tmp_path, [command(1)])[0]
+        out, err = first.communicate(timeout=240)
+    finally:
+        first.kill()
+    runs = [subprocess.CompletedProcess(first.args, first.returncode, out, err), second]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert len(planned(r.stderr)) == 1, r.stderr[-3000:]
+    assert workers(runs) == ["worker 0 2 0", "worker 1 2 1"]
 
 
 def test_elastic_launch_alone_is_planned_from_the_rendezvous_parameters(tmp_path: Path) -> None:
