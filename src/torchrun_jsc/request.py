@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import autoconfig, envvars, handover
-from .backend import NAME as OWN_BACKEND
+from .backend_name import NAME as OWN_BACKEND
 from .errors import ConfigError
 from .network import Endpoint, parse_endpoint
 from .settings.table import Settings

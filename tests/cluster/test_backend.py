@@ -19,7 +19,7 @@ from tests.cluster.scenarios import (
     describe,
     on_each_node,
 )
-from torchrun_jsc.backend import FIRST
+from torchrun_jsc.backend_name import FIRST
 
 pytestmark = pytest.mark.cluster
 

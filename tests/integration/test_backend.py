@@ -20,8 +20,8 @@ from typing import Dict, List, Sequence
 import pytest
 import torch
 
-from torchrun_jsc.backend import FIRST
 from torchrun_jsc.backend.handler import PARAMS_ONLY
+from torchrun_jsc.backend_name import FIRST
 from torchrun_jsc.versions import TorchVersion
 
 pytestmark = [

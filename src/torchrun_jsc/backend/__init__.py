@@ -12,15 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-#: The backend's name, as the launchers' ``--rdzv-backend`` takes it.
-NAME = "jsc"
-#: The first torch release that loads rendezvous backends from entry points.
-FIRST = (2, 6)
-
 
 def creator() -> Callable[[Any], Any]:
     """The entry point (group ``torchrun.handlers``): torch calls it once when it imports its
-    rendezvous registry and registers what it returns under :data:`NAME`."""
+    rendezvous registry and registers what it returns under the backend's name
+    (:data:`torchrun_jsc.backend_name.NAME`)."""
 
     def create(params: Any) -> Any:
         from .handler import create_handler

@@ -11,8 +11,8 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional
 
+from ..backend_name import FIRST, NAME
 from ..errors import ConfigError
-from . import FIRST, NAME
 
 #: What a launch that names the backend is planned as.
 PLANNED_AS = "c10d"
