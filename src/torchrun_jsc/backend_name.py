@@ -1,5 +1,6 @@
-"""The name of torchrun_jsc's rendezvous backend and the first torch release that loads it: what
-the command line (:mod:`.request`) and the backend itself (:mod:`.backend`) both need."""
+"""The name of torchrun_jsc's rendezvous backend, the first torch release that loads it and the
+backend it is planned as: what the command line (:mod:`.request`, :mod:`.plan`) and the backend
+itself (:mod:`.backend`) both need."""
 
 from __future__ import annotations
 
@@ -7,3 +8,5 @@ from __future__ import annotations
 NAME = "jsc"
 #: The first torch release that loads rendezvous backends from entry points.
 FIRST = (2, 6)
+#: The backend a launch that names :data:`NAME` is planned as (torch's own).
+PLANNED_AS = "c10d"

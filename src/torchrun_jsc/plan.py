@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from . import guards, lifecycle, network
+from .backend_name import PLANNED_AS
 from .decisions import Collector, Decision
 from .envvars import shown
 from .errors import UnsupportedTorchError
@@ -181,10 +182,10 @@ def make_plan(request: Request, torch_version: str, facts: NodeFacts) -> Plan:
                 " nodes), so that a node cut off alone never forms a round of its own",
             )
     if request.own_backend:
-        draft.args.append("--rdzv_backend=c10d")
+        draft.args.append(f"--rdzv_backend={PLANNED_AS}")
         draft.decide(
             "--rdzv_backend",
-            "c10d",
+            PLANNED_AS,
             "the jsc backend is torchrun_jsc's fixes for other launchers; this command applies"
             " them to torch's c10d itself",
         )

@@ -16,6 +16,7 @@ from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequenc
 
 from . import autoconfig, envvars, handover
 from .backend_name import NAME as OWN_BACKEND
+from .backend_name import PLANNED_AS
 from .errors import ConfigError
 from .network import Endpoint, parse_endpoint
 from .settings.table import Settings
@@ -177,7 +178,7 @@ def read_request(
     options = _options(command, filled)
     own_backend = options.rdzv_backend == OWN_BACKEND
     if own_backend:  # the backend's fixes are this command's own: planned for c10d
-        options = options._replace(rdzv_backend="c10d")
+        options = options._replace(rdzv_backend=PLANNED_AS)
     if handed is not None and handed.quorum > options.min_nodes:
         low = min(handed.quorum, options.max_nodes)
         options = options._replace(min_nodes=low, nnodes=f"{low}:{options.max_nodes}")

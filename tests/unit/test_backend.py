@@ -43,13 +43,19 @@ SCRIPT = ["train.py", "--lr", "0.1", "--flag"]
     ],
     ids=["equals", "spaces", "many", "no-python", "module", "run-path"],
 )
-def test_the_command_line_read_back_parses_as_torchs_with_c10d(argv: List[str]) -> None:
+def test_the_command_line_read_back_parses_as_torchs_and_is_planned_with_c10d(
+    argv: List[str],
+) -> None:
     parser = TorchCli().parser()
     given = parser.parse_args(argv)
-    again = parser.parse_args(backend.argv_of(parser, given))
+    read_back = backend.argv_of(parser, given)
+    assert vars(parser.parse_args(read_back)) == vars(given)
+    planned = plan(read_back, {"SLURM_NODEID": "1"}, "2.13.0", node(1))
+    assert planned.error is None and planned.refusal is None, planned.error
+    again = parser.parse_args(list(planned.argv))
     assert again.rdzv_backend == "c10d"
-    expected = vars(given) | {"rdzv_backend": "c10d"}
-    assert vars(again) == expected
+    assert again.training_script == given.training_script
+    assert again.training_script_args == given.training_script_args
 
 
 def test_a_launch_without_a_script_is_a_one_line_error() -> None:
@@ -102,9 +108,12 @@ def test_from_the_rendezvous_parameters_alone() -> None:
     parsed = TorchCli().parser().parse_args(argv)
     assert (parsed.nnodes, parsed.rdzv_backend, parsed.rdzv_endpoint) == (
         "2:4",
-        "c10d",
+        "jsc",
         "node0i:29500",
     )
+    planned = plan(argv, {"SLURM_NODEID": "1"}, "2.13.0", node(1))
+    assert planned.error is None and planned.refusal is None, planned.error
+    assert TorchCli().parser().parse_args(list(planned.argv)).rdzv_backend == "c10d"
     assert (parsed.rdzv_id, parsed.rdzv_conf) == ("9", "join_timeout=60")
     assert parsed.no_python and parsed.training_script == "true"
 

@@ -13,9 +13,8 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from ..backend_name import FIRST, NAME
 from ..errors import ConfigError
+from ..torch_cli import TorchCli
 
-#: What a launch that names the backend is planned as.
-PLANNED_AS = "c10d"
 #: The warning when torch's command line is not found (``elastic_launch`` called directly).
 PARAMS_ONLY = (
     f"--rdzv-backend={NAME}: torch's command line was not found (the launch did not come"
@@ -40,7 +39,6 @@ def create_handler(params: Any) -> Any:
 
     from .. import log, patches
     from ..apply import carry_out, prepare
-    from ..torch_cli import TorchCli
     from ..versions import TorchVersion
 
     version = TorchVersion.parse(str(torch.__version__))
@@ -103,23 +101,18 @@ def _launch_arguments() -> Optional[argparse.Namespace]:
 
 
 def argv_of(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> List[str]:
-    """The command line that ``parser`` reads as ``namespace`` (every option that differs from
-    its default, then the training script and its arguments), with the backend planned as
-    :data:`PLANNED_AS`."""
+    """The command line that ``parser`` reads as ``namespace``: every option that differs from
+    its default, then the training script and its arguments (the plan reads ``jsc`` as the
+    backend it stands for)."""
     argv: List[str] = []
     for action in parser._actions:
-        if not action.option_strings or action.dest in ("help",):
+        if not action.option_strings or action.dest == "help":
             continue
         value = getattr(namespace, action.dest, action.default)
-        if action.dest == "rdzv_backend" and value == NAME:
-            value = PLANNED_AS
         if value == action.default or value is None:
             continue
-        option = (
-            action.option_strings[-1]
-            if action.option_strings[-1].startswith("--")
-            else (action.option_strings[0])
-        )
+        last = action.option_strings[-1]
+        option = last if last.startswith("--") else action.option_strings[0]
         if action.nargs == 0:  # a flag (torch's own ``check_env`` action among them)
             argv.append(option)
         else:
@@ -140,7 +133,7 @@ def argv_of_params(params: Any) -> List[str]:
     )
     argv = [
         f"--nnodes={params.min_nodes}:{params.max_nodes}",
-        f"--rdzv_backend={PLANNED_AS}",
+        f"--rdzv_backend={NAME}",
         f"--rdzv_endpoint={params.endpoint}",
         f"--rdzv_id={params.run_id}",
     ]
@@ -152,7 +145,7 @@ def argv_of_params(params: Any) -> List[str]:
 
 
 def parameters(
-    planned: argparse.Namespace, run_id: str, given: Mapping[str, Any], cli: Any
+    planned: argparse.Namespace, run_id: str, given: Mapping[str, Any], cli: TorchCli
 ) -> Dict[str, Any]:
     """The keyword arguments of torch's ``RendezvousParameters`` for the planned command line:
     its endpoint, node counts, address and ``--rdzv_conf`` (over what torch was given)."""
@@ -162,7 +155,7 @@ def parameters(
     config: Dict[str, Any] = dict(given)
     config.update(read_rdzv_conf(planned.rdzv_conf or ""))
     return {
-        "backend": PLANNED_AS,
+        "backend": planned.rdzv_backend,
         "endpoint": planned.rdzv_endpoint,
         "run_id": run_id,
         "min_nodes": low,
