@@ -32,10 +32,12 @@ pytestmark = [
     ),
 ]
 
+#: Each worker's line in one write of its own: workers that share the launcher's stdout (an
+#: unbuffered pipe) would otherwise interleave the pieces of a print.
 WORKER = (
     "import os\n"
-    "print('worker', os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['GROUP_RANK'],"
-    " flush=True)\n"
+    "e = os.environ\n"
+    "os.write(1, f\"worker {e['RANK']} {e['WORLD_SIZE']} {e['GROUP_RANK']}\\n\".encode())\n"
 )
 
 
