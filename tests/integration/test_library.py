@@ -17,7 +17,11 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-WORKER = "import os\nprint('worker', os.environ['RANK'], os.environ['WORLD_SIZE'], flush=True)\n"
+# one os.write per line: workers sharing the launcher's stdout may interleave the pieces of a print
+WORKER = (
+    "import os\n"
+    "os.write(1, f\"worker {os.environ['RANK']} {os.environ['WORLD_SIZE']}\\n\".encode())\n"
+)
 
 
 def driver(body: str) -> str:
