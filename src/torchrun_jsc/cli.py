@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 REPOSITORY = "https://github.com/HelmholtzAI-FZJ/torchrun_jsc"
 #: Widest line of the ``--help`` section.
 HELP_WIDTH = 100
-#: Explain's exit code for each verdict of a plan (torchrun stopping by itself: 2).
-EXPLAIN_EXIT = {"ok": 0, "fail": 1, "refused": 2, "error": 2}
 #: The exit code when standard output's reader has gone (``torchrun_jsc --help | head -n 1``):
 #: what a shell reports for a command ended by SIGPIPE (128 + 13).
 PIPE_CLOSED = 141
@@ -72,10 +70,10 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         sys.stderr.write(request.stop.text)
         sys.exit(request.stop.code)
     if style is not None:
-        from .explain import render
+        from .explain import EXIT, render
 
         _print(render(prepared, style))
-        sys.exit(2 if request.stop is not None else EXPLAIN_EXIT[plan.verdict])
+        sys.exit(2 if request.stop is not None else EXIT[plan.verdict])
     if plan.refusal is not None:
         _error(plan.refusal, None)
     if request.settings.preflight:

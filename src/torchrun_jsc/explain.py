@@ -8,6 +8,9 @@ from typing import Any, Dict, List, Optional
 
 from .plan import Prepared
 
+#: Explain's exit code for each verdict of a plan (torchrun stopping by itself: 2).
+EXIT = {"ok": 0, "fail": 1, "refused": 2, "error": 2}
+
 
 def as_dict(prepared: Prepared) -> Dict[str, Any]:
     """A JSON-ready view of everything torchrun_jsc decided on this node, and why."""
