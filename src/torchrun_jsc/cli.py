@@ -212,10 +212,10 @@ def _error(message: str, style: Optional[str]) -> NoReturn:
 
 
 def _print(text: str) -> None:
-    """Print explain's output; a character the terminal's encoding lacks is written escaped
-    (``\\xfc``) instead of ending in ``UnicodeEncodeError``."""
-    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
-    _say(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+    """Print explain's output (:func:`~torchrun_jsc.explain.for_stream`)."""
+    from .explain import for_stream
+
+    _say(for_stream(text, sys.stdout))
 
 
 def _say(text: str) -> None:

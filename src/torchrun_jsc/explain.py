@@ -66,6 +66,13 @@ def escaped(text: str) -> str:
     )
 
 
+def for_stream(text: str, stream: Any) -> str:
+    """``text`` as ``stream`` can print it: a character its encoding lacks written escaped
+    (``\\xfc``) instead of ending in ``UnicodeEncodeError``."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    return text.encode(encoding, "backslashreplace").decode(encoding, "replace")
+
+
 def render(prepared: Prepared, style: str) -> str:
     """``style`` is ``"text"`` or ``"json"`` (JSON escapes everything non-ASCII itself)."""
     data = as_dict(prepared)
