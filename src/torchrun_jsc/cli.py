@@ -14,6 +14,8 @@ import sys
 from typing import TYPE_CHECKING, List, Mapping, NoReturn, Optional
 
 from . import __version__
+from .backend_name import FIRST
+from .backend_name import NAME as BACKEND
 from .errors import ConfigError, UnsupportedTorchError
 from .handover import VARIABLE as HANDOVER
 from .settings.table import VARIABLES, explain_style
@@ -271,6 +273,10 @@ def settings_help() -> str:
     lines += [
         "",
         "  --version (before the training script) prints torchrun_jsc's and torch's versions.",
+        f"  --rdzv-backend={BACKEND}: read as c10d here; launchers built on torchrun"
+        " (torchrun itself,",
+        "  accelerate launch) get torchrun_jsc's fixes and settings with it"
+        f" (torch >= {FIRST[0]}.{FIRST[1]}).",
         "",
         "What each setting does, recipes and troubleshooting (online):",
         f"  {REPOSITORY}#readme",

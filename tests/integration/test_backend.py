@@ -8,6 +8,7 @@ on the namespace cluster (tests/cluster/test_backend.py)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -22,6 +23,7 @@ import torch
 
 from torchrun_jsc.backend.handler import PARAMS_ONLY
 from torchrun_jsc.backend_name import FIRST
+from torchrun_jsc.explain import EXIT
 from torchrun_jsc.versions import TorchVersion
 
 pytestmark = [
@@ -136,6 +138,41 @@ def test_a_launch_the_plan_refuses_fails_with_its_line(tmp_path: Path) -> None:
     assert len(errors) == 1 and "TORCHRUN_JSC_REQUEUE='sometimes'" in errors[0], out.stderr
     assert "Traceback" not in out.stderr
     assert "worker" not in out.stdout
+
+
+def test_explain_through_the_backend_prints_the_plan_and_launches_nothing(tmp_path: Path) -> None:
+    """``TORCHRUN_JSC_EXPLAIN`` through the backend, as through ``torchrun_jsc``: the plan (as
+    c10d, with its reason) on standard output, explain's exit code, no worker; a refused setting
+    is explain's error, exit code 2."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--rdzv-backend=jsc",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "w.py",
+    ]
+    (tmp_path / "w.py").write_text(WORKER)
+    env = environment()
+    env["TORCHRUN_JSC_EXPLAIN"] = "json"
+    out = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    shown = json.loads(out.stdout)
+    assert out.returncode == EXIT[shown["verdict"]], out.stderr[-3000:]
+    assert shown["verdict"] == "ok", shown
+    assert "--rdzv_backend=c10d" in shown["argv"], shown["argv"]
+    assert any("jsc backend" in d["reason"] for d in shown["decisions"]), shown["decisions"]
+    assert "Traceback" not in out.stderr
+    env["TORCHRUN_JSC_REQUEUE"] = "sometimes"
+    bad = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2, bad.stderr[-3000:]
+    error = json.loads(bad.stdout)
+    assert error["verdict"] == "error" and "TORCHRUN_JSC_REQUEUE" in error["error"], error
+    assert "Traceback" not in bad.stderr
 
 
 def listening(port: int, within: float) -> bool:

@@ -14,6 +14,7 @@ from typing import List
 import pytest
 
 from torchrun_jsc import cli
+from torchrun_jsc.backend_name import FIRST, NAME
 from torchrun_jsc.errors import ConfigError
 from torchrun_jsc.settings.table import VARIABLES, Settings, variable
 
@@ -196,3 +197,9 @@ def test_help_through_head_prints_its_first_line_and_no_traceback() -> None:
     assert out.stdout.startswith("usage: "), out.stdout
     assert out.returncode in (0, cli.PIPE_CLOSED), out
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_help_names_the_rendezvous_backend_for_other_launchers() -> None:
+    text = " ".join(cli.settings_help().split())
+    assert f"--rdzv-backend={NAME}: read as c10d here" in text
+    assert f"(torch >= {FIRST[0]}.{FIRST[1]})" in text

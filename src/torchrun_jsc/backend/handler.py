@@ -29,7 +29,9 @@ def create_handler(params: Any) -> Any:
     """torch's ``c10d`` rendezvous handler for ``params`` (torch's ``RendezvousParameters``),
     with torchrun_jsc's plan for this launch carried out first. A launch the plan refuses ends
     a command-line launcher with one line and exit code 2 (as ``torchrun_jsc`` does); a
-    program's own ``elastic_launch`` gets :class:`ConfigError` (a ``ValueError``)."""
+    program's own ``elastic_launch`` gets :class:`ConfigError` (a ``ValueError``). With
+    ``TORCHRUN_JSC_EXPLAIN`` set, nothing is launched: the explanation is printed and the launch
+    ends with explain's exit code, as ``torchrun_jsc`` does."""
     import torch
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
@@ -39,12 +41,15 @@ def create_handler(params: Any) -> Any:
 
     from .. import log, patches
     from ..apply import carry_out, prepare
+    from ..explain import EXIT, for_stream, render, render_error
+    from ..settings.table import explain_style
     from ..versions import TorchVersion
 
     version = TorchVersion.parse(str(torch.__version__))
     if version.key < FIRST:
         raise ConfigError(refusal(str(version)))
     log.setup(os.environ)
+    style = explain_style(os.environ)
     cli = TorchCli()
     parser = cli.parser()
     namespace = _launch_arguments()
@@ -55,10 +60,17 @@ def create_handler(params: Any) -> Any:
             argv = argv_of_params(params)
             log.logger.warning("torchrun_jsc: %s", PARAMS_ONLY)
         prepared = prepare(argv, os.environ, cli)
+        if style is not None:
+            # explain asked for: what this node would do, then the exit code explain gives
+            print(for_stream(render(prepared, style), sys.stdout), flush=True)
+            raise SystemExit(EXIT[prepared.plan.verdict])
         problem = prepared.plan.error or prepared.plan.refusal
         if problem is not None:
             raise ConfigError(problem)
     except ConfigError as exc:
+        if style is not None:
+            print(for_stream(render_error(str(exc), style), sys.stdout), flush=True)
+            raise SystemExit(2) from None
         if namespace is None:
             raise  # a program's own call: its except ValueError decides
         # a command line (torchrun, accelerate launch): one line and exit code 2, as torchrun_jsc's
