@@ -37,11 +37,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable, Dict, List, Optional, Set, TextIO, Tuple, Type
 
+from torchrun_jsc.backend_name import FIRST
+from torchrun_jsc.versions import TorchVersion
+
 from . import REPO
 from .config import Config
 from .proc import log, run_logged, tail
 from .recipes import CUDNN8_PIN, DEFAULT_VERSIONS, Recipe, recipe_for
 from .venvs import MARKER, python_version, real_interpreter, site_packages, smoke
+
+#: The launchers from PyPI that the backend's scenarios run: (requirement, module to import).
+LAUNCHERS = (("accelerate>=1.0", "accelerate"), ("lightning>=2.0", "lightning.fabric"))
+
 
 #: The platform ``uv pip compile`` resolves for when it lists a torch's nvidia packages: PyPI
 #: has CUDA builds of torch for Linux x86_64 only.
@@ -340,19 +347,42 @@ class Builder:
             self.link_nvidia(version, rec.base, rec.cudnn8)
 
     def ensure_extras(self, version: str, rec: Recipe, logfile: Path) -> None:
-        """psutil + numpy (as the recipe says) and this project, editable, no deps."""
+        """psutil + numpy (as the recipe says), the launchers built on torchrun that the
+        backend's scenarios run (accelerate, Lightning; torch >= 2.6, which loads the backend)
+        and this project, editable, no deps."""
         py = self.cfg.venv_python(version)
-        probe = "import importlib.metadata as m, psutil, numpy\nm.version('torchrun_jsc')"
+        launchers = list(LAUNCHERS) if TorchVersion.parse(version).key >= FIRST else []
+        modules = ", ".join(["psutil", "numpy", *(m for _, m in launchers)])
+        # the editable install's metadata must have the backend's entry point (older installs
+        # of the project lack it)
+        probe = (
+            f"import importlib.metadata as m, {modules}\n"
+            "d = m.distribution('torchrun_jsc')\n"
+            "assert any(e.group == 'torchrun.handlers' for e in d.entry_points)"
+        )
         if subprocess.run([str(py), "-c", probe], capture_output=True, check=False).returncode == 0:
             return
         excl = self.cfg.excludes / f"{version}.txt"
         extra = ["--excludes", str(excl)] if excl.exists() else []
-        rc = self.uv_pip("install", ["--python", str(py), *extra, "psutil", rec.numpy], logfile)
+        wanted = ["psutil", rec.numpy, *(req for req, _ in launchers)]
+        rc = self.uv_pip("install", ["--python", str(py), *extra, *wanted], logfile)
         if rc != 0:
-            raise RuntimeError(f"psutil/numpy install failed:\n{tail(logfile)}")
+            raise RuntimeError(f"{' '.join(wanted)} install failed:\n{tail(logfile)}")
         # --no-deps: resolving the project's `torch` dependency could pull nvidia
         # packages and write them through the symlinks into the shared base.
-        rc = self.uv_pip("install", ["--python", str(py), "--no-deps", "-e", str(REPO)], logfile)
+        rc = self.uv_pip(
+            "install",
+            [
+                "--python",
+                str(py),
+                "--no-deps",
+                "--reinstall-package",
+                "torchrun_jsc",
+                "-e",
+                str(REPO),
+            ],
+            logfile,
+        )
         if rc != 0:
             log(
                 f"  WARNING: editable install of {REPO} failed (venv still usable for torch):\n"

@@ -13,6 +13,8 @@ from typing import Optional, Union
 from tests.cluster.harness import Cluster, Result, split_labeled, tail
 
 TRAIN = Path(__file__).resolve().parent / "jobs" / "train.py"
+#: The same result line through Lightning Fabric (a DDP step, ``fabric.all_reduce``).
+TRAIN_FABRIC = TRAIN.with_name("fabric_train.py")
 RESULT_TAG = "TRJSC_RESULT"
 
 

@@ -1,6 +1,7 @@
-"""The rendezvous backend ``jsc`` through launchers nobody here wrote: torch's own ``torchrun``
-and Hugging Face accelerate's ``accelerate launch``, on 4 namespace nodes with the endpoint on
-the IB network. With ``c10d`` they fail as plain torch does; with ``jsc`` they train."""
+"""The rendezvous backend ``jsc`` through launchers nobody here wrote: torch's own ``torchrun``,
+Hugging Face accelerate's ``accelerate launch`` and Lightning Fabric's ``fabric run``, on 4
+namespace nodes with the endpoint on the IB network. With ``c10d`` they fail as plain torch does;
+with ``jsc`` they train."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.cluster.conftest import torch_version
 from tests.cluster.harness import Cluster
 from tests.cluster.scenarios import (
     TRAIN,
+    TRAIN_FABRIC,
     assert_failed,
     assert_training_ok,
     describe,
@@ -38,12 +40,13 @@ def needs_entry_points(cluster: Cluster) -> None:
         )
 
 
-def needs_accelerate(cluster: Cluster) -> None:
+def needs(cluster: Cluster, module: str) -> None:
+    """Skip unless ``module`` (a launcher from PyPI) imports under the cluster's Python."""
     found = subprocess.run(
-        [str(cluster.python), "-c", "import accelerate"], capture_output=True, timeout=120
+        [str(cluster.python), "-c", f"import {module}"], capture_output=True, timeout=120
     )
     if found.returncode != 0:
-        pytest.skip(f"accelerate is not installed for {cluster.python} (the test extra has it)")
+        pytest.skip(f"{module} is not installed for {cluster.python} (the test extra has it)")
 
 
 def torchrun(cluster: Cluster, backend: str, conf: str) -> List[str]:
@@ -82,6 +85,25 @@ def accelerate(cluster: Cluster, backend: str) -> List[str]:
     )
 
 
+def fabric(cluster: Cluster) -> List[str]:
+    """Lightning Fabric's ``fabric run`` as its multi-node guide runs it, one task per node (the
+    module's own entry runs the ``run`` command)."""
+    return on_each_node(
+        [
+            str(cluster.python),
+            "-m",
+            "lightning.fabric.cli",
+            "--accelerator=cpu",
+            "--devices=1",
+            "--num-nodes=4",
+            "--node-rank=@NODEID@",
+            "--main-address=node0i",
+            "--main-port=29500",
+            str(TRAIN_FABRIC),
+        ]
+    )
+
+
 def test_torchrun_with_the_jsc_backend_trains(jsc_cluster: Cluster) -> None:
     needs_entry_points(jsc_cluster)
     r = jsc_cluster.srun(torchrun(jsc_cluster, "jsc", OK_CONF), timeout=150)
@@ -96,7 +118,7 @@ def test_torchrun_with_the_jsc_backend_trains(jsc_cluster: Cluster) -> None:
 )
 def test_accelerate_launch_fails_with_c10d_and_trains_with_jsc(jsc_cluster: Cluster) -> None:
     needs_entry_points(jsc_cluster)
-    needs_accelerate(jsc_cluster)
+    needs(jsc_cluster, "accelerate")
     env = {"HF_HUB_OFFLINE": "1", "PET_RDZV_CONF": FAIL_CONF}
     plain = jsc_cluster.srun(accelerate(jsc_cluster, "c10d"), env=env, timeout=150)
     assert not plain.timed_out, describe(plain)
@@ -117,3 +139,28 @@ def test_plain_torchrun_with_c10d_is_left_alone(jsc_cluster: Cluster, tmp_path: 
     assert not r.timed_out, describe(r)
     assert_failed(r, "RendezvousConnectionError", min_count=4)
     assert "torchrun_jsc" not in r.stdout + r.stderr, describe(r)
+
+
+@pytest.mark.slow(
+    reason="Lightning from PyPI, two launches: the matrix runs it (scripts/torch-matrix)"
+)
+def test_fabric_run_fails_with_c10d_and_trains_with_jsc(jsc_cluster: Cluster) -> None:
+    """``fabric run`` has no rendezvous options of its own (it launches torch's static
+    rendezvous); torch's parser reads the backend, endpoint and settings from ``PET_*``."""
+    needs_entry_points(jsc_cluster)
+    needs(jsc_cluster, "lightning.fabric")
+    env = {
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": "node0i:29500",
+        "PET_RDZV_ID": "5",
+        "PET_RDZV_CONF": FAIL_CONF,
+        "OMP_NUM_THREADS": "1",
+    }
+    plain = jsc_cluster.srun(fabric(jsc_cluster), env=env, timeout=150)
+    assert not plain.timed_out, describe(plain)
+    assert_failed(plain, "RendezvousConnectionError", min_count=4)
+    env.update(PET_RDZV_BACKEND="jsc", PET_RDZV_CONF=OK_CONF)
+    fixed = jsc_cluster.srun(fabric(jsc_cluster), env=env, timeout=150)
+    results = assert_training_ok(jsc_cluster, fixed, world=4)
+    # Fabric's --node-rank reaches torch's --node_rank: the group ranks in node order
+    assert {r.host: r.group_rank for r in results} == {f"node{i}": str(i) for i in range(4)}

@@ -34,6 +34,8 @@ pytestmark = [
     ),
 ]
 
+#: The cluster's Lightning Fabric workload (a DDP step, ``fabric.all_reduce``).
+FABRIC_TRAIN = Path(__file__).resolve().parents[1] / "cluster" / "jobs" / "fabric_train.py"
 #: Each worker's line in one write of its own: workers that share the launcher's stdout (an
 #: unbuffered pipe) would otherwise interleave the pieces of a print.
 WORKER = (
@@ -188,7 +190,7 @@ def listening(port: int, within: float) -> bool:
 
 @pytest.mark.skipif(
     importlib.util.find_spec("accelerate") is None,
-    reason="accelerate is not installed (pip install accelerate; the matrix's cluster run has it)",
+    reason="accelerate is not installed (the test extra has it: pip install -e '.[test]')",
 )
 def test_accelerate_launch_with_the_jsc_backend_plans_and_trains(tmp_path: Path) -> None:
     """Two ``accelerate launch`` agents on one machine. The second starts once the first serves
@@ -233,6 +235,31 @@ def test_accelerate_launch_with_the_jsc_backend_plans_and_trains(tmp_path: Path)
         assert r.returncode == 0, r.stderr[-3000:]
         assert len(planned(r.stderr)) == 1, r.stderr[-3000:]
     assert workers(runs) == ["worker 0 2 0", "worker 1 2 1"]
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None,
+    reason="lightning is not installed (the test extra has it: pip install -e '.[test]')",
+)
+def test_fabric_run_with_the_jsc_backend_plans_and_trains(tmp_path: Path) -> None:
+    """Lightning Fabric's ``fabric run`` (no rendezvous options of its own: the backend and
+    endpoint reach torch's parser as ``PET_*``), two workers, a DDP step each."""
+    env = environment()
+    env.update(PET_RDZV_BACKEND="jsc", PET_RDZV_ENDPOINT=f"127.0.0.1:{free_port()}")
+    command = [sys.executable, "-m", "lightning.fabric.cli", "--accelerator=cpu", "--devices=2"]
+    out = subprocess.run(
+        [*command, str(FABRIC_TRAIN)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(planned(out.stderr)) == 1, out.stderr[-3000:]
+    results = sorted(line for line in out.stdout.splitlines() if line.startswith("TRJSC_RESULT"))
+    assert len(results) == 2, out.stdout[-3000:]
+    assert all("world=2 " in r and "allreduce=3 expect=3" in r for r in results), results
 
 
 def test_elastic_launch_alone_is_planned_from_the_rendezvous_parameters(tmp_path: Path) -> None:
