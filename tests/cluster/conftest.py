@@ -24,6 +24,8 @@ from torchrun_jsc.versions import TorchVersion
 
 HERE = Path(__file__).resolve().parent
 _why: list[str] | None = None
+#: How many cluster scenarios this session skipped for :data:`_why`.
+_skipped = 0
 _kept: list[Path] = []
 
 
@@ -87,9 +89,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if _why is None:
         _why = missing_requirements()
     if _why:
+        global _skipped
         skip = pytest.mark.skip(reason="cluster tests: " + "; ".join(_why))
         for it in mine:
             it.add_marker(skip)
+        _skipped += len(mine)
     if not SLOW:  # a test marked slow skips with its marker's reason
         for it in mine:
             slow = it.get_closest_marker("slow")
@@ -123,6 +127,18 @@ def make_cluster() -> Iterator[Callable[..., Cluster]]:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for w in _kept:
         terminalreporter.write_line(f"cluster logs kept (TRJSC_KEEP_CLUSTER_LOGS=1): {w}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """When the cluster scenarios could not run here, the session's last line: how many, why,
+    and how to run them."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if _why and _skipped and reporter is not None:
+        reporter.write_line(
+            f"{_skipped} cluster scenarios skipped ({'; '.join(_why)}): as root,"
+            " scripts/run-tests installs Slurm and munge with apt-get and runs them"
+            " (docs/testing.md)"
+        )
 
 
 @pytest.fixture(scope="session")
