@@ -243,3 +243,11 @@ def with_a_spare(
         job.wait_for("TRJSC_LATE_JOIN joining", nodes=[0])
     spare = spare_of(job)
     return job, spare, [i for i in range(5) if i != spare]
+
+
+def until_every_node_said(job: Job, nodes: Sequence[int], line: str, limit: float = 30.0) -> None:
+    """Until every one of ``nodes`` said ``line`` (at most ``limit`` s)."""
+    waited = time.monotonic()
+    while not all(line in job.output(i) for i in nodes):
+        assert time.monotonic() - waited < limit, f"{line!r} not on all of {nodes}\n{said(job)}"
+        time.sleep(0.2)

@@ -36,6 +36,7 @@ from tests.cluster.recovery_jobs import (
     said,
     spare_of,
     steps_into_round,
+    until_every_node_said,
     wait_for_step,
     with_a_spare,
 )
@@ -231,14 +232,6 @@ def test_a_job_that_cannot_go_on_stops_saying_why(
 def next_host(members: Sequence[int], lost: int) -> int:
     """The node that hosts after ``lost``: the next of ``members`` in node-rank order."""
     return min(i for i in members if i != lost)
-
-
-def until_every_node_said(job: Job, nodes: Sequence[int], line: str, limit: float = 30.0) -> None:
-    """Until every one of ``nodes`` said ``line`` (at most ``limit`` s)."""
-    waited = time.monotonic()
-    while not all(line in job.output(i) for i in nodes):
-        assert time.monotonic() - waited < limit, f"{line!r} not on all of {nodes}\n{said(job)}"
-        time.sleep(0.2)
 
 
 def test_the_next_node_hosts_when_the_rendezvous_host_is_lost_twice(
