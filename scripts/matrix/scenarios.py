@@ -26,9 +26,11 @@ from .proc import TIMEOUT_RC, clean_env, run_logged
 from .venvs import full_python_version, select, version_order
 
 #: The scenarios run per torch version: every launch scenario of torchrun_jsc, every scenario
-#: after the start (the job watch, signals, Slurm's stop, recovery, requeue, partitions), the Slurm
-#: auto-configured launch and the good preflight. (The harness's own tests, explain and the
-#: guards do not depend on the torch version; CI runs them on 2.13 and Debian's 1.13.)
+#: after the start (the job watch, signals, Slurm's stop, recovery, requeue, partitions), the
+#: rendezvous backend through torchrun, accelerate and Lightning Fabric (skipped before torch
+#: 2.6), the Slurm auto-configured launch and the good preflight. (The harness's own tests,
+#: explain and the guards do not depend on the torch version; CI runs them on 2.13 and Debian's
+#: 1.13.)
 SUITE = (
     "tests/cluster/test_launcher.py",
     "tests/cluster/test_lifecycle.py",
@@ -36,6 +38,7 @@ SUITE = (
     "tests/cluster/test_recovery.py",
     "tests/cluster/test_requeue.py",
     "tests/cluster/test_partition.py",
+    "tests/cluster/test_backend.py",
     "tests/cluster/test_diagnosis.py::test_slurm_auto_configuration",
     "tests/cluster/test_preflight.py::test_good_job_ok_in_seconds",
 )

@@ -13,9 +13,22 @@ import pytest
 
 from tests.cluster.conftest import torch_version
 from tests.cluster.harness import Cluster
+from tests.cluster.recovery_jobs import (
+    RESUME,
+    TO_FIRST_STEP,
+    assert_resumed_and_completed,
+    envs,
+    every_node_exited,
+    first_step_after,
+    said,
+    spare_of,
+    until_every_node_said,
+    wait_for_step,
+)
 from tests.cluster.scenarios import (
     TRAIN,
     TRAIN_FABRIC,
+    Job,
     assert_failed,
     assert_training_ok,
     describe,
@@ -164,3 +177,65 @@ def test_fabric_run_fails_with_c10d_and_trains_with_jsc(jsc_cluster: Cluster) ->
     results = assert_training_ok(jsc_cluster, fixed, world=4)
     # Fabric's --node-rank reaches torch's --node_rank: the group ranks in node order
     assert {r.host: r.group_rank for r in results} == {f"node{i}": str(i) for i in range(4)}
+
+
+@pytest.mark.slow(reason="accelerate from PyPI, a recovery of about 90 s: the matrix runs it")
+def test_a_spare_takes_a_frozen_nodes_place_through_accelerate_launch(
+    five_cluster: Cluster, job_cleanup: List[Job]
+) -> None:
+    """``accelerate launch --rdzv_backend=jsc`` on 5 nodes for 4 machines: the fifth waits as a
+    spare. A training node (not the rendezvous host) frozen → every live node says restart 1,
+    the spare takes its place, training resumes from the checkpoint and completes on 4 nodes;
+    every live node exits 0, and the frozen node, thawed, ends on its own."""
+    cluster = five_cluster
+    needs_entry_points(cluster)
+    needs(cluster, "accelerate")
+    node_envs = envs(cluster, 5, "accelerate")
+    for env in node_envs:
+        env.update(HF_HUB_OFFLINE="1", PET_RDZV_CONF="join_timeout=120,read_timeout=60")
+    job = Job(cluster, accelerate_on_its_node(cluster, 4, 3), node_envs)
+    job_cleanup.append(job)
+    spare = spare_of(job)
+    first = [i for i in range(5) if i != spare]
+    job.wait_for("TRJSC_TRAINING", nodes=first)
+    frozen = max(i for i in first if i != 0)
+    wait_for_step(job, 0, 12)
+    cluster.freeze_node(frozen)
+    to_step = first_step_after(job, spare, 0, TO_FIRST_STEP + 30)
+    print(f"accelerate: the freeze to the new round's first step {to_step:.1f} s")
+    live = [i for i in range(5) if i != frozen]
+    line = (
+        f"restart 1 of 3: node{frozen} (node rank {frozen}) lost; going on with node{spare}"
+        f" (node rank {spare}) in its place"
+    )
+    until_every_node_said(job, [i for i in first if i != frozen], line)
+    joined = "torchrun_jsc: spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)"
+    assert joined in job.output(spare), said(job)
+    cluster.thaw_node(frozen)
+    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
+    job.wait_exit(live, 240)
+    every_node_exited(job, live, 0)
+    assert_resumed_and_completed(job, live, 4)
+    job.wait_exit([frozen], 60)
+    assert job.procs[frozen].returncode not in (None, 0), said(job)
+
+
+def accelerate_on_its_node(cluster: Cluster, machines: int, restarts: int) -> List[str]:
+    """``accelerate launch --rdzv_backend=jsc`` of jobs/resume.py, its machine rank the node's
+    (``TORCHRUN_JSC_NODE_RANK``, set per node by the scenario)."""
+    return [
+        "bash",
+        "-c",
+        'exec "$0" -m accelerate.commands.launch --machine_rank="$TORCHRUN_JSC_NODE_RANK" "$@"',
+        str(cluster.python),
+        "--multi_gpu",
+        f"--num_machines={machines}",
+        f"--num_processes={machines}",
+        "--main_process_ip=node0i",
+        "--main_process_port=29500",
+        "--rdzv_backend=jsc",
+        f"--max_restarts={restarts}",
+        "--mixed_precision=no",
+        "--dynamo_backend=no",
+        str(RESUME),
+    ]
