@@ -53,15 +53,15 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
     style = explain_style(env)
     gone = _cwd_problem()
     if gone is not None:
-        _error(gone, style)
+        fail(gone, style)
     _import_torch()
     try:
         prepared = prepare(args, env)
     except (ConfigError, UnsupportedTorchError) as exc:
-        _error(str(exc), style)
+        fail(str(exc), style)
     request, plan = prepared.request, prepared.plan
     if plan.error is not None:
-        _error(plan.error, style)
+        fail(plan.error, style)
     if request.version_requested:
         _say(version_line())
         sys.exit(0)
@@ -72,12 +72,12 @@ def _main(args: List[str], env: Mapping[str, str]) -> None:
         sys.stderr.write(request.stop.text)
         sys.exit(request.stop.code)
     if style is not None:
-        from .explain import EXIT, render
+        from .explain import exit_code, render
 
-        _print(render(prepared, style))
-        sys.exit(2 if request.stop is not None else EXIT[plan.verdict])
+        show(render(prepared, style))
+        sys.exit(exit_code(prepared))
     if plan.refusal is not None:
-        _error(plan.refusal, None)
+        fail(plan.refusal, None)
     if request.settings.preflight:
         from .preflight import run_preflight
 
@@ -203,17 +203,19 @@ def _import_torch() -> None:
         raise KeyboardInterrupt
 
 
-def _error(message: str, style: Optional[str]) -> NoReturn:
+def fail(message: str, style: Optional[str]) -> NoReturn:
+    """End with exit code 2 after one line naming what was wrong: ``torchrun_jsc: error: ...``
+    on standard error, or explain's error in its format when explain was asked for."""
     if style is not None:
         from .explain import render_error
 
-        _print(render_error(message, style))
+        show(render_error(message, style))
     else:
         print(f"torchrun_jsc: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def _print(text: str) -> None:
+def show(text: str) -> None:
     """Print explain's output (:func:`~torchrun_jsc.explain.for_stream`)."""
     from .explain import for_stream
 

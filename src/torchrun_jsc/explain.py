@@ -134,6 +134,12 @@ def _verdict(prepared: Prepared) -> str:
     return "error" if _torchrun_error(prepared) is not None else prepared.plan.verdict
 
 
+def exit_code(prepared: Prepared) -> int:
+    """Explain's exit code: by the plan's verdict (:data:`EXIT`), 2 when torchrun itself stops
+    (its help, a usage error)."""
+    return 2 if prepared.request.stop is not None else EXIT[prepared.plan.verdict]
+
+
 def render_error(message: str, style: str) -> str:
     """An input error in the explain format asked for (nothing was planned)."""
     if style == "json":
