@@ -150,7 +150,7 @@ def test_explain_through_the_backend_prints_the_plan_and_launches_nothing(tmp_pa
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nnodes=2",
+        "--nnodes=1",
         "--rdzv-backend=jsc",
         f"--rdzv-endpoint=127.0.0.1:{free_port()}",
         "w.py",
@@ -167,6 +167,7 @@ def test_explain_through_the_backend_prints_the_plan_and_launches_nothing(tmp_pa
     assert "--rdzv_backend=c10d" in shown["argv"], shown["argv"]
     assert any("jsc backend" in d["reason"] for d in shown["decisions"]), shown["decisions"]
     assert "Traceback" not in out.stderr
+    assert "worker 0 1 0" not in out.stdout  # one node: a launch would have trained at once
     env["TORCHRUN_JSC_REQUEUE"] = "sometimes"
     bad = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
@@ -175,6 +176,7 @@ def test_explain_through_the_backend_prints_the_plan_and_launches_nothing(tmp_pa
     error = json.loads(bad.stdout)
     assert error["verdict"] == "error" and "TORCHRUN_JSC_REQUEUE" in error["error"], error
     assert "Traceback" not in bad.stderr
+    assert "worker 0 1 0" not in bad.stdout
 
 
 def listening(port: int, within: float) -> bool:

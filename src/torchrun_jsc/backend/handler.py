@@ -30,8 +30,9 @@ def create_handler(params: Any) -> Any:
     with torchrun_jsc's plan for this launch carried out first. A launch the plan refuses ends
     a command-line launcher with one line and exit code 2 (as ``torchrun_jsc`` does); a
     program's own ``elastic_launch`` gets :class:`ConfigError` (a ``ValueError``). With
-    ``TORCHRUN_JSC_EXPLAIN`` set, nothing is launched: the explanation is printed and the launch
-    ends with explain's exit code, as ``torchrun_jsc`` does."""
+    ``TORCHRUN_JSC_EXPLAIN`` set, nothing is launched: the explanation (or the refused setting)
+    is printed in its format and the launch ends with explain's exit code (``SystemExit``, a
+    program's own call too), as ``torchrun_jsc`` does."""
     import torch
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
@@ -41,7 +42,8 @@ def create_handler(params: Any) -> Any:
 
     from .. import log, patches
     from ..apply import carry_out, prepare
-    from ..explain import EXIT, for_stream, render, render_error
+    from ..cli import fail, show
+    from ..explain import exit_code, render
     from ..settings.table import explain_style
     from ..versions import TorchVersion
 
@@ -60,22 +62,19 @@ def create_handler(params: Any) -> Any:
             argv = argv_of_params(params)
             log.logger.warning("torchrun_jsc: %s", PARAMS_ONLY)
         prepared = prepare(argv, os.environ, cli)
-        if style is not None:
-            # explain asked for: what this node would do, then the exit code explain gives
-            print(for_stream(render(prepared, style), sys.stdout), flush=True)
-            raise SystemExit(EXIT[prepared.plan.verdict])
-        problem = prepared.plan.error or prepared.plan.refusal
-        if problem is not None:
-            raise ConfigError(problem)
     except ConfigError as exc:
-        if style is not None:
-            print(for_stream(render_error(str(exc), style), sys.stdout), flush=True)
-            raise SystemExit(2) from None
-        if namespace is None:
+        if namespace is None and style is None:
             raise  # a program's own call: its except ValueError decides
-        # a command line (torchrun, accelerate launch): one line and exit code 2, as torchrun_jsc's
-        sys.stderr.write(f"torchrun_jsc: error: {exc}\n")
-        raise SystemExit(2) from None
+        fail(str(exc), style)  # one line (or explain's error) and exit code 2, as torchrun_jsc
+    if style is not None:
+        # explain asked for: what this node would do, then the exit code explain gives
+        show(render(prepared, style))
+        raise SystemExit(exit_code(prepared))
+    problem = prepared.plan.error or prepared.plan.refusal
+    if problem is not None:
+        if namespace is None:
+            raise ConfigError(problem)
+        fail(problem, None)
     if patches.installed():
         patches.restore_all()  # a launch before this one in this process
     carry_out(prepared.plan)
