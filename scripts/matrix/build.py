@@ -47,7 +47,7 @@ from .recipes import CUDNN8_PIN, DEFAULT_VERSIONS, Recipe, recipe_for
 from .venvs import MARKER, python_version, real_interpreter, site_packages, smoke
 
 #: The launchers from PyPI that the backend's scenarios run: (requirement, module to import).
-LAUNCHERS = (("accelerate>=1.0", "accelerate"), ("lightning>=2.0", "lightning.fabric"))
+LAUNCHERS = (("accelerate>=1.0", "accelerate"), ("lightning>=2.2", "lightning.fabric"))
 
 
 #: The platform ``uv pip compile`` resolves for when it lists a torch's nvidia packages: PyPI

@@ -24,8 +24,10 @@ from torchrun_jsc.versions import TorchVersion
 
 HERE = Path(__file__).resolve().parent
 _why: list[str] | None = None
-#: How many cluster scenarios this session skipped for :data:`_why`.
+#: How many cluster scenarios this session skipped for :data:`_why` (counted as they report).
 _skipped = 0
+#: The start of the skip reason when the cluster cannot be built here.
+SKIPPED_BECAUSE = "cluster tests: "
 _kept: list[Path] = []
 
 
@@ -89,11 +91,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if _why is None:
         _why = missing_requirements()
     if _why:
-        global _skipped
-        skip = pytest.mark.skip(reason="cluster tests: " + "; ".join(_why))
+        skip = pytest.mark.skip(reason=SKIPPED_BECAUSE + "; ".join(_why))
         for it in mine:
             it.add_marker(skip)
-        _skipped += len(mine)
     if not SLOW:  # a test marked slow skips with its marker's reason
         for it in mine:
             slow = it.get_closest_marker("slow")
@@ -129,16 +129,24 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"cluster logs kept (TRJSC_KEEP_CLUSTER_LOGS=1): {w}")
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    global _skipped
+    if report.skipped and report.when == "setup":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        if reason.startswith("Skipped: " + SKIPPED_BECAUSE):
+            _skipped += 1
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """When the cluster scenarios could not run here, the session's last line: how many, why,
-    and how to run them."""
+    """When cluster scenarios could not run here, the session's last line: how many, why, and
+    (when root or Slurm is what is missing) how to run them."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if _why and _skipped and reporter is not None:
-        reporter.write_line(
-            f"{_skipped} cluster scenarios skipped ({'; '.join(_why)}): as root,"
-            " scripts/run-tests installs Slurm and munge with apt-get and runs them"
-            " (docs/testing.md)"
-        )
+    if not (_why and _skipped and reporter is not None):
+        return
+    line = f"{_skipped} cluster scenario{'s' * (_skipped != 1)} skipped ({'; '.join(_why)})"
+    if any(w.startswith(("needs root", "missing Slurm")) for w in _why):
+        line += ": as root, scripts/run-tests installs Slurm and munge with apt-get and runs them"
+    reporter.write_line(line + " (docs/testing.md)")
 
 
 @pytest.fixture(scope="session")
