@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from tests.cluster.harness import Cluster
 from tests.cluster.scenarios import Job, torchrun_argv
@@ -230,14 +230,18 @@ def with_a_spare(
     nnodes: str = "4",
     conf: str = "",
     host_late: float = 0.0,
+    argv: Optional[Sequence[str]] = None,
+    env: Optional[Mapping[str, str]] = None,
 ) -> Tuple[Job, int, List[int]]:
     """A job on all 5 nodes of ``cluster`` for ``--nnodes`` up to 4 and 3 restarts: the job, its
     spare (whichever came last to the first round, never the host) and the nodes of that round.
-    ``host_late``: node0, the rendezvous host, joins the first round that many seconds late."""
-    node_envs = envs(cluster, 5, name)
+    ``host_late``: node0, the rendezvous host, joins the first round that many seconds late.
+    ``argv``: another launch of jobs/resume.py than torchrun_jsc's; ``env``: added on every
+    node."""
+    node_envs = [{**e, **(env or {})} for e in envs(cluster, 5, name)]
     if host_late:
         node_envs[0] = late_host(node_envs[0], host_late)
-    job = Job(cluster, command(cluster, nnodes, 3, conf), node_envs)
+    job = Job(cluster, argv or command(cluster, nnodes, 3, conf), node_envs)
     jobs.append(job)
     if host_late:
         job.wait_for("TRJSC_LATE_JOIN joining", nodes=[0])
