@@ -12,7 +12,7 @@ from typing import List, Sequence
 import pytest
 
 from tests.cluster.conftest import torch_version
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import Cluster, Result
 from tests.cluster.recovery_jobs import (
     RESUME,
     TO_FIRST_STEP,
@@ -28,10 +28,12 @@ from tests.cluster.scenarios import (
     TRAIN,
     TRAIN_FABRIC,
     Job,
+    all_text,
     assert_failed,
     assert_training_ok,
     describe,
     on_each_node,
+    parse_results,
 )
 from torchrun_jsc.backend_name import FIRST
 
@@ -59,6 +61,14 @@ def needs(cluster: Cluster, module: str) -> None:
     )
     if found.returncode != 0:
         pytest.skip(f"{module} is not installed for {cluster.python} (the test extra has it)")
+
+
+def plain_torch_failed(plain: Result) -> None:
+    """The plain-torch control: no rank trained, and at least 3 of the 4 nodes failed to reach
+    the store nobody serves. (The node whose own IB name is the endpoint may instead still be
+    retrying at the step's bound: torch 2.8.0's connect retry waits a minute and more.)"""
+    assert not parse_results(all_text(plain)), describe(plain)
+    assert_failed(plain, "RendezvousConnectionError", min_count=3)
 
 
 def torchrun(cluster: Cluster, backend: str, conf: str) -> List[str]:
@@ -137,8 +147,7 @@ def test_accelerate_launch_fails_with_c10d_and_trains_with_jsc(jsc_cluster: Clus
     needs(jsc_cluster, "accelerate")
     env = {"HF_HUB_OFFLINE": "1", "PET_RDZV_CONF": FAIL_CONF}
     plain = jsc_cluster.srun(accelerate(jsc_cluster, "c10d"), env=env, timeout=150)
-    assert not plain.timed_out, describe(plain)
-    assert_failed(plain, "RendezvousConnectionError", min_count=4)
+    plain_torch_failed(plain)
     env["PET_RDZV_CONF"] = OK_CONF
     fixed = jsc_cluster.srun(accelerate(jsc_cluster, "jsc"), env=env, timeout=150)
     results = assert_training_ok(jsc_cluster, fixed, world=4)
@@ -174,8 +183,7 @@ def test_fabric_run_fails_with_c10d_and_trains_with_jsc(jsc_cluster: Cluster) ->
         "OMP_NUM_THREADS": "1",
     }
     plain = jsc_cluster.srun(fabric(jsc_cluster), env=env, timeout=150)
-    assert not plain.timed_out, describe(plain)
-    assert_failed(plain, "RendezvousConnectionError", min_count=4)
+    plain_torch_failed(plain)
     env.update(PET_RDZV_BACKEND="jsc", PET_RDZV_CONF=OK_CONF)
     fixed = jsc_cluster.srun(fabric(jsc_cluster), env=env, timeout=150)
     results = assert_training_ok(jsc_cluster, fixed, world=4)
