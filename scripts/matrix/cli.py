@@ -28,6 +28,7 @@ built, bad option).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -166,6 +167,12 @@ def make_parser() -> argparse.ArgumentParser:
         help="do not run anything; render the table from these junit files",
     )
     p.add_argument(
+        "--ran-at",
+        metavar="COMMIT,DATE",
+        help="with --from-junit: the commit and date (YYYY-MM-DD) of the run that wrote the"
+        " files, for the table's notes and header (default: this checkout's commit, today)",
+    )
+    p.add_argument(
         "--keep-previous",
         action="store_true",
         help="keep what is not run now from the output: the columns of the other versions, and"
@@ -218,6 +225,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                     " --keep-previous or --pytest-args"
                 )
             return rerender(Path(args.output), args.note)
+        ran_at = None
+        if args.ran_at is not None:
+            commit, _, date = args.ran_at.partition(",")
+            if (
+                not args.from_junit
+                or not re.fullmatch(r"[0-9a-f]{7,40}", commit)
+                or not (re.fullmatch(r"\d{4}-\d{2}-\d{2}", date))
+            ):
+                raise MatrixError(
+                    f"torch-matrix: --ran-at {args.ran_at!r}: give COMMIT,YYYY-MM-DD (a short"
+                    " or full commit hash), with --from-junit"
+                )
+            ran_at = (commit, date)
         return run_scenarios(
             cfg,
             args.versions,
@@ -228,6 +248,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             note_items=args.note,
             pytest_args=args.pytest_args,
             keep_previous=args.keep_previous,
+            ran_at=ran_at,
         )
     except MatrixError as exc:
         print(exc, file=sys.stderr)

@@ -17,7 +17,7 @@ import subprocess
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import REPO
 from .config import Config, MatrixError
@@ -308,9 +308,12 @@ def run_scenarios(
     note_items: Sequence[str],
     pytest_args: Sequence[str],
     keep_previous: bool = False,
+    ran_at: Optional[Tuple[str, str]] = None,
 ) -> int:
     """The ``run-scenarios`` subcommand; writes ``output`` (with ``keep_previous``, what is
-    not run now is kept from the file's earlier content, as :func:`merge_previous` says)."""
+    not run now is kept from the file's earlier content, as :func:`merge_previous` says).
+    ``ran_at``: the commit and date of the run that wrote the ``from_junit`` files (default:
+    this checkout's commit, today)."""
     earlier: Dict[str, Results] = {}
     earlier_notes: Dict[str, str] = {}
     earlier_commit = ""
@@ -327,8 +330,7 @@ def run_scenarios(
             runs[version], note = run_suite(cfg, version, pytest_python, timeout, pytest_args)
             if note:
                 notes[version] = note
-    commit = git_commit()
-    date = datetime.date.today().isoformat()
+    commit, date = ran_at or (git_commit(), datetime.date.today().isoformat())
     merge_previous(runs, notes, earlier, earlier_notes, earlier_commit, commit, date)
     for version, text in _pairs(note_items, "--note"):
         notes[version] = SEPARATOR.join(n for n in (notes.get(version, ""), text) if n)

@@ -161,3 +161,34 @@ def test_clean_env_keeps_only_the_cluster_prefix_suffix_of_the_test_variables() 
         {"TRJSC_CLUSTER_PREFIX_SUFFIX": "q", "TRJSC_SLOW_SCENARIOS": "1", "PET_NNODES": "2"}
     )
     assert env == {"TRJSC_CLUSTER_PREFIX_SUFFIX": "q", "OMP_NUM_THREADS": "1"}
+
+
+def test_run_scenarios_names_the_commit_and_date_the_files_came_from(
+    junit_files: dict[str, Path], tmp_path: Path, environ: Path
+) -> None:
+    """``--ran-at``: a column re-run from earlier junit files is noted with that run's commit
+    and date, not this checkout's."""
+    out = tmp_path / "compat.md"
+    (version, xml), *_ = list(junit_files.items())
+    base = ["run-scenarios", "--output", str(out), "--python", sys.executable]
+    assert cli.main([*base, "--from-junit", f"{version}={xml}"]) == 0
+    part = tmp_path / "part.xml"
+    first_case = re.search(r"<testcase [^>]*/>", xml.read_text())
+    assert first_case is not None
+    part.write_text(f"<testsuites><testsuite>{first_case.group(0)}</testsuite></testsuites>")
+    ran = ["--ran-at", "abc1234,2026-01-02", "--keep-previous", "--from-junit", f"{version}={part}"]
+    assert cli.main([*base, *ran]) == 0
+    text = out.read_text()
+    assert "re-run on 2026-01-02 at commit abc1234 without the rest of its column" in text
+    assert "- Commit: `abc1234`" in text and "- Date: 2026-01-02" in text
+
+
+@pytest.mark.parametrize("value", ["abc1234", "xyz,2026-01-02", "abc1234,yesterday"])
+def test_run_scenarios_refuses_a_bad_ran_at(
+    value: str, junit_files: dict[str, Path], tmp_path: Path, environ: Path
+) -> None:
+    out = tmp_path / "compat.md"
+    (version, xml), *_ = list(junit_files.items())
+    argv = ["run-scenarios", "--output", str(out), "--ran-at", value]
+    assert cli.main([*argv, "--from-junit", f"{version}={xml}"]) == 2
+    assert not out.exists()
