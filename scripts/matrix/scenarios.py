@@ -236,7 +236,7 @@ def _pairs(items: Sequence[str], what: str) -> List[tuple[str, str]]:
 def kept_note(earlier_commit: str) -> str:
     """The note of a column kept from an earlier table (one part: it contains no ``"; "``)."""
     return (
-        f"kept from the run at commit {earlier_commit}: scenarios added since"
+        f"kept from the table of commit {earlier_commit}: scenarios added since"
         " (-- in its column) have not run on this release"
     )
 
@@ -245,8 +245,8 @@ def rerun_note(results: Results, earlier_commit: str, commit: str, date: str) ->
     """The note of a column of which only ``results`` were run now (the rest kept)."""
     done = ", ".join(f"{s} ({SYMBOL[r]})" for s, r in sorted(results.items()))
     return (
-        f"re-run on {date} at commit {commit} without the rest of its column (kept from the"
-        f" run at commit {earlier_commit}): {done}"
+        f"re-run on {date} at commit {commit} without the rest of its column (kept as the"
+        f" table of commit {earlier_commit} had it): {done}"
     )
 
 

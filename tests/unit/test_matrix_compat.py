@@ -104,7 +104,7 @@ def test_run_scenarios_keeps_the_columns_not_run_now(
     text = out.read_text()
     both = {first: scenarios.parse_junit(first_xml), second: scenarios.parse_junit(second_xml)}
     assert scenarios.previous_runs(text)[0] == both
-    assert f"- {first}: kept from the run at commit " in text
+    assert f"- {first}: kept from the table of commit " in text
     assert f"- {second}:" not in text
     kept_note = scenarios.previous_notes(text)[first]
     # kept again by a run at a later commit: the column still names the run it was measured in

@@ -146,11 +146,11 @@ def test_keep_previous_merges_a_partial_run_into_its_column() -> None:
         "2.6.0": full,  # run in full: the new column alone
         "2.7.1": {"test_a::test_x": "passed", "test_a::test_y": "passed"},  # one scenario
     }
-    assert run_notes["2.3.1"].startswith("kept from the run at commit abc1234: ")
+    assert run_notes["2.3.1"].startswith("kept from the table of commit abc1234: ")
     assert "2.6.0" not in run_notes
     assert run_notes["2.7.1"] == (
         "shared; own; re-run on 2026-02-03 at commit new9876 without the rest of its column"
-        " (kept from the run at commit abc1234): test_a::test_x (pass)"
+        " (kept as the table of commit abc1234 had it): test_a::test_x (pass)"
     )
     # kept again later: the kept note is not repeated, even where grouping put it second
     lines = ["- 2.0.1, 2.3.1: shared", "- 2.3.1: kept from the run at commit abc1234: x"]
