@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -460,19 +462,31 @@ def test_a_stop_while_waiting_for_the_host_is_one_line_at_once(jsc_cluster: Clus
     """SIGTERM to a node waiting for its rendezvous host (issue 31, item 12): one line naming
     the wait, exit 1, within a few seconds (before: a silent 143)."""
     command = argv(jsc_cluster, conf="join_timeout=120,read_timeout=10")
-    agent = jsc_cluster.node_exec(1, command, {"TORCHRUN_JSC_NODE_RANK": "1"})
+    agent = jsc_cluster.node_exec(
+        1, command, {"TORCHRUN_JSC_NODE_RANK": "1"}, stderr=subprocess.STDOUT
+    )
+    waiting = "torchrun_jsc: waiting for the rendezvous host node0i:29500 since 0 s"
+    seen: List[str] = []
     try:
-        time.sleep(8.0)  # the waiting line comes at once; the host never starts
-        assert agent.poll() is None
+        # the host never starts: stop the node once it says it waits (bounded: under a loaded
+        # machine, torch's import alone can take longer than a fixed pause)
+        assert agent.stdout is not None
+        reader = threading.Thread(target=lambda: seen.extend(agent.stdout), daemon=True)  # type: ignore[arg-type]
+        reader.start()
+        limit = time.monotonic() + 90
+        while not any(waiting in line for line in list(seen)):
+            assert agent.poll() is None and time.monotonic() < limit, "".join(seen)
+            time.sleep(0.2)
         stopped = time.monotonic()
         os.killpg(agent.pid, signal.SIGTERM)
-        out, err = agent.communicate(timeout=30)
+        agent.wait(30)
         took = time.monotonic() - stopped
+        reader.join(10)
     finally:
         if agent.poll() is None:
             agent.kill()
             agent.wait(10)
-    text = out + err
+    text = "".join(seen)
     assert "torchrun_jsc: waiting for the rendezvous host node0i:29500 since 0 s" in text, text
     last = text.rstrip().splitlines()[-1]
     assert last.startswith(
