@@ -64,11 +64,12 @@ def needs(cluster: Cluster, module: str) -> None:
 
 
 def plain_torch_failed(plain: Result) -> None:
-    """The plain-torch control: no rank trained, and at least 3 of the 4 nodes failed to reach
-    the store nobody serves. (The node whose own IB name is the endpoint may instead still be
-    retrying at the step's bound: torch 2.8.0's connect retry waits a minute and more.)"""
+    """The plain-torch control: no rank trained, and nodes failed to reach the store nobody
+    serves. (Nodes may instead still be in torch's connect retry at the step's bound: a minute
+    and more per try on torch 2.8 and later, longer on a loaded machine; at least one has
+    named the failure by then.)"""
     assert not parse_results(all_text(plain)), describe(plain)
-    assert_failed(plain, "RendezvousConnectionError", min_count=3)
+    assert_failed(plain, "RendezvousConnectionError", min_count=1)
 
 
 def torchrun(cluster: Cluster, backend: str, conf: str) -> List[str]:
