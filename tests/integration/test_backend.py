@@ -117,9 +117,10 @@ def test_torch_launcher_with_the_jsc_backend_plans_and_trains(tmp_path: Path) ->
     assert workers(runs) == ["worker 0 2 0", "worker 1 2 1"]
 
 
-def test_a_launch_the_plan_refuses_fails_with_its_line(tmp_path: Path) -> None:
-    """A ``TORCHRUN_JSC_*`` value it does not accept: torch's launcher ends with torchrun_jsc's
-    one line and exit code 2, no traceback, no worker."""
+def one_node(tmp_path: Path, settings: Dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m torch.distributed.run --rdzv-backend=jsc`` of one node (w.py) with
+    ``settings`` added to the environment, to its end."""
+    (tmp_path / "w.py").write_text(WORKER)
     command = [
         sys.executable,
         "-m",
@@ -129,12 +130,16 @@ def test_a_launch_the_plan_refuses_fails_with_its_line(tmp_path: Path) -> None:
         f"--rdzv-endpoint=127.0.0.1:{free_port()}",
         "w.py",
     ]
-    (tmp_path / "w.py").write_text(WORKER)
-    env = environment()
-    env["TORCHRUN_JSC_REQUEUE"] = "sometimes"
-    out = subprocess.run(
+    env = {**environment(), **settings}
+    return subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
+
+
+def test_a_launch_the_plan_refuses_fails_with_its_line(tmp_path: Path) -> None:
+    """A ``TORCHRUN_JSC_*`` value it does not accept: torch's launcher ends with torchrun_jsc's
+    one line and exit code 2, no traceback, no worker."""
+    out = one_node(tmp_path, {"TORCHRUN_JSC_REQUEUE": "sometimes"})
     assert out.returncode == 2, out.stderr[-3000:]
     errors = [line for line in out.stderr.splitlines() if line.startswith("torchrun_jsc: error: ")]
     assert len(errors) == 1 and "TORCHRUN_JSC_REQUEUE='sometimes'" in errors[0], out.stderr
@@ -146,21 +151,7 @@ def test_explain_through_the_backend_prints_the_plan_and_launches_nothing(tmp_pa
     """``TORCHRUN_JSC_EXPLAIN`` through the backend, as through ``torchrun_jsc``: the plan (as
     c10d, with its reason) on standard output, explain's exit code, no worker; a refused setting
     is explain's error, exit code 2."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=1",
-        "--rdzv-backend=jsc",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        "w.py",
-    ]
-    (tmp_path / "w.py").write_text(WORKER)
-    env = environment()
-    env["TORCHRUN_JSC_EXPLAIN"] = "json"
-    out = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
+    out = one_node(tmp_path, {"TORCHRUN_JSC_EXPLAIN": "json"})
     shown = json.loads(out.stdout)
     assert out.returncode == EXIT[shown["verdict"]], out.stderr[-3000:]
     assert shown["verdict"] == "ok", shown
@@ -168,10 +159,7 @@ def test_explain_through_the_backend_prints_the_plan_and_launches_nothing(tmp_pa
     assert any("jsc backend" in d["reason"] for d in shown["decisions"]), shown["decisions"]
     assert "Traceback" not in out.stderr
     assert "worker 0 1 0" not in out.stdout  # one node: a launch would have trained at once
-    env["TORCHRUN_JSC_REQUEUE"] = "sometimes"
-    bad = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
+    bad = one_node(tmp_path, {"TORCHRUN_JSC_EXPLAIN": "json", "TORCHRUN_JSC_REQUEUE": "sometimes"})
     assert bad.returncode == 2, bad.stderr[-3000:]
     error = json.loads(bad.stdout)
     assert error["verdict"] == "error" and "TORCHRUN_JSC_REQUEUE" in error["error"], error
