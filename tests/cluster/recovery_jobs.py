@@ -255,3 +255,27 @@ def until_every_node_said(job: Job, nodes: Sequence[int], line: str, limit: floa
     while not all(line in job.output(i) for i in nodes):
         assert time.monotonic() - waited < limit, f"{line!r} not on all of {nodes}\n{said(job)}"
         time.sleep(0.2)
+
+
+def spare_replaces_a_frozen_node(
+    cluster: Cluster, job: Job, spare: int, first: Sequence[int], label: str
+) -> int:
+    """Freeze the last training node of the first round but the rendezvous host (12 steps in),
+    then: the spare's new round trains within :data:`TO_FIRST_STEP`, every other training node
+    says restart 1 with the spare in its place, the spare says it took the place; the node is
+    thawed. Returns the frozen node."""
+    frozen = max(i for i in first if i != 0)
+    wait_for_step(job, 0, 12)
+    cluster.freeze_node(frozen)
+    to_step = first_step_after(job, spare, 0, TO_FIRST_STEP + 30)
+    print(f"{label}: the freeze to the new round's first step {to_step:.1f} s")
+    line = (
+        f"restart 1 of 3: node{frozen} (node rank {frozen}) lost; going on with node{spare}"
+        f" (node rank {spare}) in its place"
+    )
+    until_every_node_said(job, [i for i in first if i != frozen], line)
+    joined = "torchrun_jsc: spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)"
+    assert joined in job.output(spare), said(job)
+    cluster.thaw_node(frozen)
+    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
+    return frozen

@@ -15,13 +15,10 @@ from tests.cluster.conftest import torch_version
 from tests.cluster.harness import Cluster, Result
 from tests.cluster.recovery_jobs import (
     RESUME,
-    TO_FIRST_STEP,
     assert_resumed_and_completed,
     every_node_exited,
-    first_step_after,
     said,
-    until_every_node_said,
-    wait_for_step,
+    spare_replaces_a_frozen_node,
     with_a_spare,
 )
 from tests.cluster.scenarios import (
@@ -211,21 +208,8 @@ def test_a_spare_takes_a_frozen_nodes_place_through_accelerate_launch(
         env={"HF_HUB_OFFLINE": "1", "PET_RDZV_CONF": "join_timeout=120,read_timeout=60"},
     )
     job.wait_for("TRJSC_TRAINING", nodes=first)
-    frozen = max(i for i in first if i != 0)
-    wait_for_step(job, 0, 12)
-    cluster.freeze_node(frozen)
-    to_step = first_step_after(job, spare, 0, TO_FIRST_STEP + 30)
-    print(f"accelerate: the freeze to the new round's first step {to_step:.1f} s")
+    frozen = spare_replaces_a_frozen_node(cluster, job, spare, first, "accelerate")
     live = [i for i in range(5) if i != frozen]
-    line = (
-        f"restart 1 of 3: node{frozen} (node rank {frozen}) lost; going on with node{spare}"
-        f" (node rank {spare}) in its place"
-    )
-    until_every_node_said(job, [i for i in first if i != frozen], line)
-    joined = "torchrun_jsc: spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)"
-    assert joined in job.output(spare), said(job)
-    cluster.thaw_node(frozen)
-    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
     job.wait_exit(live, 240)
     every_node_exited(job, live, 0)
     assert_resumed_and_completed(job, live, 4)

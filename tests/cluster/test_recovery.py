@@ -35,6 +35,7 @@ from tests.cluster.recovery_jobs import (
     report,
     said,
     spare_of,
+    spare_replaces_a_frozen_node,
     steps_into_round,
     until_every_node_said,
     wait_for_step,
@@ -62,21 +63,8 @@ def test_a_spare_takes_a_frozen_nodes_place_then_the_job_goes_on_smaller(
     )
     job.wait_for("TRJSC_TRAINING", nodes=first)
     assert "TRJSC_RESUMED" not in job.output(spare), said(job)
-    frozen = max(i for i in first if i != 0)
+    frozen = spare_replaces_a_frozen_node(cluster, job, spare, first, "two losses")
     killed = max(i for i in first if i not in (0, frozen))
-    wait_for_step(job, 0, 12)
-    cluster.freeze_node(frozen)
-    to_step = first_step_after(job, spare, 0, TO_FIRST_STEP + 30)
-    print(f"two losses: the freeze to the new round's first step {to_step:.1f} s")
-    line = (
-        f"restart 1 of 3: node{frozen} (node rank {frozen}) lost; going on with node{spare}"
-        f" (node rank {spare}) in its place"
-    )
-    until_every_node_said(job, [i for i in first if i != frozen], line)
-    joined = "torchrun_jsc: spare: this node takes a lost node's place (restart 1 of 3; 4 nodes)"
-    assert joined in job.output(spare), said(job)
-    cluster.thaw_node(frozen)
-    assert to_step < TO_FIRST_STEP, f"{to_step:.0f} s\n{said(job)}"
     # the second loss, in the round the spare joined: no spare is left, 3 nodes may go on
     resumed = steps_into_round(job, 0, 2, 3)
     cluster.signal_node(killed, signal.SIGKILL)
