@@ -15,6 +15,8 @@ from typing import List
 
 import pytest
 
+from tests.unit.procs import stop_signals_default
+
 pytestmark = pytest.mark.integration
 
 TRAIN = Path(__file__).resolve().parents[1] / "cluster" / "jobs" / "train.py"
@@ -48,7 +50,7 @@ def start(argv: List[str]) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=stop_signals_default,
     )
 
 

@@ -15,6 +15,7 @@ from torchrun_jsc import patches
 from torchrun_jsc.patches import params
 
 from .planning import plan
+from .procs import stop_signals_default
 
 SCRIPT = ["train.py"]
 
@@ -79,7 +80,7 @@ def test_a_stop_before_torchs_handlers_is_one_line(
         capture_output=True,
         text=True,
         timeout=30,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=stop_signals_default,
     )
     assert done.returncode == code, done.stderr
     if line:
