@@ -23,6 +23,7 @@ import pytest
 
 from tests.cluster.conftest import torch_version
 from tests.cluster.harness import Cluster
+from tests.cluster.recovery_jobs import events_of, events_path
 from tests.cluster.runs import split_labeled
 from tests.cluster.scenarios import (
     TRAIN,
@@ -495,6 +496,58 @@ def test_a_stop_while_waiting_for_the_host_is_one_line_at_once(jsc_cluster: Clus
     ), text
     assert agent.returncode == 1 and took < 10, (agent.returncode, took, text)
     assert "Traceback" not in text, text
+
+
+def listening(cluster: Cluster, i: int, port: int) -> bool:
+    """Whether a process on node ``i`` listens on TCP ``port`` (asked with ``ss``)."""
+    ss = cluster.node_exec(i, ["ss", "-Hltn", f"sport = :{port}"], stderr=subprocess.DEVNULL)
+    out, _ = ss.communicate(timeout=10)
+    return bool(out.strip())
+
+
+def test_a_stop_of_the_host_before_any_worker_is_in_the_event_log(jsc_cluster: Cluster) -> None:
+    """SIGTERM to the rendezvous host and a node while their round waits for two nodes that
+    never come (issue 33): each ends at once with its one line, and the host's event log holds
+    the launch, the stop (its line for the cause) and the end (exit 1), nothing of the other
+    node's."""
+    name = "early-stop"
+    log = events_path(jsc_cluster, name)
+    log.unlink(missing_ok=True)
+    command = argv(jsc_cluster, conf="join_timeout=120,read_timeout=10")
+    job = Job(
+        jsc_cluster,
+        command,
+        [{"TORCHRUN_JSC_NODE_RANK": str(i), "TORCHRUN_JSC_EVENTS": str(log)} for i in (0, 1)],
+    )
+    try:
+        limit = time.monotonic() + 90  # the host's store listens: its patches are in place
+        while not listening(jsc_cluster, 0, 29500):
+            assert time.monotonic() < limit and job.procs[0].poll() is None, str(job)
+            time.sleep(0.5)
+        time.sleep(2)  # node1 has joined the round that waits
+        assert all(p.poll() is None for p in job.procs.values()), str(job)
+        stopped = time.monotonic()
+        for proc in job.procs.values():
+            os.killpg(proc.pid, signal.SIGTERM)
+        took = job.wait_exit([0, 1], 30)
+        time.sleep(0.5)  # the outputs drained
+    finally:
+        job.stop()
+    assert took < 10 and time.monotonic() - stopped < 15, f"took {took:.0f} s\n{job}"
+    lines = {i: job.output(i).rstrip().splitlines() for i in (0, 1)}
+    stop_line = "torchrun_jsc: stopped by SIGTERM; no worker had started"
+    for i in (0, 1):
+        assert job.procs[i].returncode == 1, str(job)
+        assert lines[i][-1].startswith(stop_line), str(job)
+        assert "Traceback" not in job.output(i), str(job)
+    summary = [line for line in lines[0] if line.startswith("torchrun_jsc: summary: ")]
+    assert len(summary) == 1 and "0 rounds, 0 restarts; no node lost" in summary[0], str(job)
+    assert not any("summary" in line for line in lines[1]), str(job)
+    events = events_of(jsc_cluster, name)
+    assert [e.event for e in events] == ["launch", "stop", "end"], events
+    assert {e.node for e in events} == {"node0"}, events
+    assert "torchrun_jsc: " + events[1].get("cause") == lines[0][-1], events
+    assert (events[2].get("exit_code"), events[2].get("outcome")) == (1, "failed"), events
 
 
 @FIRST_ONLY

@@ -29,6 +29,7 @@ class Runtime:
         #: How this process was started (None: not by the command; it cannot start again).
         self.command: Optional[Command] = None
         self.early_stop = EarlyStop()
+        self.early_stop.on_stop = self._stopped_early
         self.stops = Stops()
         self.workers = Workers()
         self.orphans = Watcher()
@@ -41,6 +42,12 @@ class Runtime:
         if self.session is None:
             self.session = Session(config, self.workers, self.stops, self.command)
         return self.session
+
+    def _stopped_early(self, line: str, code: int) -> None:
+        """A stop before any worker started: in the event log, where this agent writes it."""
+        session = self.session
+        if session is not None:
+            session.stopped_early(line, code)
 
 
 _RUNTIME: Optional[Runtime] = None

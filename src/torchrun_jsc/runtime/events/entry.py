@@ -65,7 +65,8 @@ EVENTS: Mapping[str, Tuple[str, str]] = MappingProxyType(
             " (how many it was passed on to)",
         ),
         STOP: (
-            "the job is stopping (a lost node, another node's stop, a stop signal)",
+            "the job is stopping (a lost node, another node's stop, a stop signal, also one"
+            " before any worker started)",
             "`cause` (the launcher's line)",
         ),
         REQUEUE: (

@@ -379,6 +379,11 @@ class Session:
         """The first failure, once, when the job failed and the report is on."""
         self.ending.print_last_line()
 
+    def stopped_early(self, line: str, code: int) -> None:
+        """A stop signal before any worker started (``line``, exit ``code``): its stop and
+        the end in the event log."""
+        self.ending.stopped_early(line, code)
+
     def stop_workers(self) -> None:
         """Stop this node's workers (a STOPPED record unless they had all ended)."""
         self.ending.stop_workers()

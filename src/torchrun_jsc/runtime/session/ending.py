@@ -13,6 +13,7 @@ import time
 from typing import List, Optional, Protocol
 
 from .. import timing
+from ..events.entry import STOP
 from ..processes.end import exit_now
 from ..processes.workers import Workers
 from ..records import failures
@@ -141,6 +142,16 @@ class Ending:
             return
         good = state.succeeded and not state.failed
         self.watch.chronicle.end(0 if good else 1, "succeeded" if good else "failed")
+
+    def stopped_early(self, line: str, code: int) -> None:
+        """A stop signal before any worker started: the stop (its cause the agent's ``line``)
+        and the end (``code``) in the event log, with the run's summary line (where this agent
+        writes the log)."""
+        if not self.watch.writes_events:
+            return
+        chronicle = self.watch.chronicle
+        chronicle.write(STOP, {"cause": line.removeprefix("torchrun_jsc: ")}, True)
+        chronicle.end(code, "failed")
 
     def stop_threads(self) -> None:
         """Stop the job watch's threads (each joined within :data:`~timing.QUIESCE_WAIT`

@@ -27,6 +27,7 @@ import time
 from types import FrameType
 from typing import Callable, FrozenSet, Iterable, Mapping, Optional
 
+from .. import timing
 from . import signalled
 
 #: The line of an interruption (SIGINT) before any worker started.
@@ -54,6 +55,10 @@ class EarlyStop:
         self._doing: Optional[str] = None
         self._doing_since = 0.0
         self.exit: Callable[[int], None] = os._exit
+        #: Given the stop's line and exit code before the line is printed (the runtime's:
+        #: the event log); run in a thread of its own and waited for at most
+        #: :data:`~..timing.EVENTS_WAIT` seconds.
+        self.on_stop: Callable[[str, int], None] = lambda line, code: None
         #: The handler, one object (a signal's current handler is compared with it).
         self.handler = self._handle
 
@@ -110,13 +115,26 @@ class EarlyStop:
             job = self._env.get("SLURM_JOB_ID")
             info = signalled.ask_slurm(job) if job else None
             text, code = self.line(signum, info, time.monotonic()), signalled.EXIT_CODE
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
         try:
+            self._tell(text, code)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
             os.write(2, (text + "\n").encode(errors="backslashreplace"))
         finally:
             self.exit(code)
+
+    def _tell(self, text: str, code: int) -> None:
+        """:attr:`on_stop`, in a thread of its own (the main thread may hold what it needs),
+        for at most :data:`~..timing.EVENTS_WAIT` seconds; what it raises is dropped."""
+
+        def run() -> None:
+            with contextlib.suppress(Exception):
+                self.on_stop(text, code)
+
+        thread = threading.Thread(target=run, name="torchrun_jsc-early-stop-log", daemon=True)
+        thread.start()
+        thread.join(timing.EVENTS_WAIT)
 
     def interrupted(self) -> None:
         """The main thread's KeyboardInterrupt before the launch: the same line, once."""

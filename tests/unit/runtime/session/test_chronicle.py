@@ -207,3 +207,24 @@ def test_a_host_outvoted_by_a_partition_writes_nothing_more(tmp_path: Path) -> N
     session.ending.end_chronicle()
     assert [e.event for e in read(path)] == ["launch", "round"]
     session.close()
+
+
+def test_a_stop_before_any_worker_is_the_hosts_stop_and_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "ev.jsonl"
+    line = "torchrun_jsc: stopped by SIGTERM; no worker had started (waiting for 3 s)"
+    host = new_session(0, is_host=True, events=target(path))
+    host.stopped_early(line, 1)
+    events = read(path)
+    assert [e.event for e in events] == ["launch", "stop", "end"]
+    assert events[1].get("cause") == line.removeprefix("torchrun_jsc: ")
+    assert (events[2].get("exit_code"), events[2].get("outcome")) == (1, "failed")
+    (summary,) = err_lines(capsys)
+    assert "0 rounds, 0 restarts; no node lost" in summary
+    host.close()
+    other = tmp_path / "other.jsonl"
+    node = new_session(1, is_host=False, events=target(other))
+    node.stopped_early(line, 1)
+    assert not other.exists() and err_lines(capsys) == []
+    node.close()

@@ -1,0 +1,73 @@
+"""The stop before torch's handlers tells the runtime (the event log) before its line, and
+never waits for it longer than its bound."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import List, Tuple
+
+import pytest
+
+from torchrun_jsc.runtime import agent, timing
+from torchrun_jsc.runtime.signals.early_stop import INTERRUPTED, INTERRUPTED_CODE, EarlyStop
+
+
+def caught(monkeypatch: pytest.MonkeyPatch) -> Tuple[EarlyStop, List[object]]:
+    """An early stop whose line and exit are recorded, in order, with what ``on_stop`` got."""
+    seen: List[object] = []
+    monkeypatch.setattr(os, "write", lambda fd, data: seen.append(("line", data.decode())))
+    stop = EarlyStop()
+    stop.exit = lambda code: seen.append(("exit", code))
+    stop.on_stop = lambda line, code: seen.append(("told", line, code))
+    return stop, seen
+
+
+def test_the_runtime_is_told_the_line_before_it_is_printed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stop, seen = caught(monkeypatch)
+    stop.doing("waiting for the rendezvous host h:1")
+    stop._stop(signal.SIGTERM)
+    told, line, ended = seen
+    assert told[0] == "told" and told[2] == 1
+    assert str(told[1]).startswith("torchrun_jsc: stopped by SIGTERM; no worker had started")
+    assert line == ("line", f"{told[1]}\n") and ended == ("exit", 1)
+    stop._stop(signal.SIGTERM)  # the first caller only
+    assert len(seen) == 3
+
+
+def test_an_interruption_is_told_as_its_own_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    stop, seen = caught(monkeypatch)
+    stop._stop(signal.SIGINT)
+    assert seen[0] == ("told", INTERRUPTED, INTERRUPTED_CODE)
+    assert seen[-1] == ("exit", INTERRUPTED_CODE)
+
+
+def test_a_hanging_or_failing_listener_costs_at_most_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(timing, "EVENTS_WAIT", 0.2)
+    for hook in (lambda line, code: threading.Event().wait(30), lambda line, code: 1 / 0):
+        stop, seen = caught(monkeypatch)
+        stop.on_stop = hook
+        started = time.monotonic()
+        stop._stop(signal.SIGTERM)
+        assert time.monotonic() - started < 2
+        assert [s[0] for s in seen] == ["line", "exit"]  # type: ignore[index]
+
+
+def test_the_runtime_passes_the_stop_to_its_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = agent.Runtime()
+    got: List[Tuple[str, int]] = []
+
+    class Session:
+        def stopped_early(self, line: str, code: int) -> None:
+            got.append((line, code))
+
+    runtime.early_stop.on_stop("no session yet", 1)
+    runtime.session = Session()  # type: ignore[assignment]
+    runtime.early_stop.on_stop("torchrun_jsc: stopped by SIGTERM", 1)
+    assert got == [("torchrun_jsc: stopped by SIGTERM", 1)]
