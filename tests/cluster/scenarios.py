@@ -10,7 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+import pytest
+
 from tests.cluster.harness import Cluster, Result, split_labeled, tail
+
+#: A scenario the matrix runs per release and CI leaves out, for CI's 20 minutes: a variant of
+#: one CI runs, or a mechanism CI proves with another scenario (docs/testing.md lists them).
+IN_THE_MATRIX = pytest.mark.slow(
+    reason="per release in the matrix (scripts/torch-matrix), left out of CI for its time:"
+    " TRJSC_SLOW_SCENARIOS=1 runs it"
+)
+#: torchrun_jsc's own mechanism, the same on every release (the matrix runs it on each): in CI
+#: on the first interpreter only (scripts/run-tests).
+FIRST_ONLY = pytest.mark.first_interpreter_in_ci
 
 TRAIN = Path(__file__).resolve().parent / "jobs" / "train.py"
 #: The same result line through Lightning Fabric (a DDP step, ``fabric.all_reduce``).

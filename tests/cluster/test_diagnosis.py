@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List
 import pytest
 
 from tests.cluster.harness import Cluster, ib_ip, split_labeled
-from tests.cluster.scenarios import TRAIN, assert_training_ok, describe, parse_results
+from tests.cluster.scenarios import FIRST_ONLY, TRAIN, assert_training_ok, describe, parse_results
 
 pytestmark = pytest.mark.cluster
 
@@ -35,6 +35,7 @@ def explained(text: str) -> Dict[int, Dict[str, Any]]:
     [{"TORCHRUN_JSC_HOST_SUFFIX": "i"}, {"SYSTEMNAME": "jurecadc"}],
     ids=["suffix-variable", "jsc-system-default"],
 )
+@FIRST_ONLY
 def test_slurm_auto_configuration(jsc_cluster: Cluster, suffix_env: Dict[str, str]) -> None:
     """Nothing but `srun torchrun_jsc train.py` and the opt-in."""
     env = {"TORCHRUN_JSC_SLURM_AUTO": "1", **suffix_env}

@@ -19,6 +19,7 @@ from tests.cluster.conftest import torch_version
 from tests.cluster.harness import Cluster, Result, ib_ip, ib_ip6
 from tests.cluster.runs import split_labeled
 from tests.cluster.scenarios import (
+    FIRST_ONLY,
     TRAIN,
     all_text,
     assert_failed,
@@ -97,6 +98,7 @@ def test_sbatch_jsc_script(jsc_cluster: Cluster) -> None:
     ],
     ids=["arg-patching-off", "old-solution"],
 )
+@FIRST_ONLY
 def test_settings(jsc_cluster: Cluster, env: Dict[str, str]) -> None:
     r = srun(jsc_cluster, jsc(jsc_cluster), env=env)
     assert_training_ok(jsc_cluster, r, world=4, master_addr=ib_ip(0))
@@ -162,6 +164,7 @@ def test_torchs_events_handler_gets_the_event_log(jsc_cluster: Cluster) -> None:
     assert [m["node_rank"] for m in members] == [0, 1, 2, 3], events[1]
 
 
+@FIRST_ONLY
 def test_two_agents_on_one_node_with_a_name_torch_rejects(jsc_cluster: Cluster) -> None:
     """Endpoint node0i: torch's matcher says no on node0 (its hostname is node0)."""
     argv = jsc(jsc_cluster, nnodes=2)
@@ -176,6 +179,7 @@ def test_two_agents_on_one_node_with_a_name_torch_rejects(jsc_cluster: Cluster) 
     assert sorted(r.rank for r in results) == [0, 1] and all(r.ok for r in results), text[-3000:]
 
 
+@FIRST_ONLY
 def test_two_agents_on_one_node_plain_torchrun_fails(jsc_cluster: Cluster) -> None:
     """The control for the test above: plain torchrun finds no host."""
     argv = jsc(jsc_cluster, nnodes=2, conf=FAIL_CONF)
@@ -249,6 +253,7 @@ def test_non_host_node_killed_during_training(jsc_cluster: Cluster) -> None:
     assert all(first in v for v in outs.values()), text
 
 
+@FIRST_ONLY
 def test_host_node_missing_fails_in_bounded_time(jsc_cluster: Cluster) -> None:
     argv = jsc(jsc_cluster, conf=FAIL_CONF)
     started = time.monotonic()

@@ -26,6 +26,8 @@ from tests.cluster.harness import Cluster
 from tests.cluster.recovery_jobs import events_of, events_path
 from tests.cluster.runs import split_labeled
 from tests.cluster.scenarios import (
+    FIRST_ONLY,
+    IN_THE_MATRIX,
     TRAIN,
     Job,
     assert_training_ok,
@@ -42,9 +44,6 @@ BOUND = 120.0
 #: The peer timeout the per-release scenarios use (the smallest accepted; the default, 60 s, has
 #: its own scenario on the first interpreter).
 FAST_PEER_TIMEOUT = "10"
-#: torchrun_jsc's own mechanism, the same on every release (the matrix runs it on each): in CI on
-#: the first interpreter only (scripts/run-tests), to keep CI short.
-FIRST_ONLY = pytest.mark.first_interpreter_in_ci
 
 
 def argv(
@@ -121,6 +120,7 @@ def test_frozen_node_stops_the_job(jsc_cluster: Cluster, job_cleanup: List[Job])
     assert text.rstrip().splitlines()[-1].startswith("torchrun_jsc: first failure: "), str(job)
 
 
+@FIRST_ONLY
 def test_frozen_rendezvous_host_stops_the_job(jsc_cluster: Cluster, job_cleanup: List[Job]) -> None:
     job = training(jsc_cluster, job_cleanup, TORCHRUN_JSC_PEER_TIMEOUT=FAST_PEER_TIMEOUT)
     jsc_cluster.freeze_node(0)
@@ -130,7 +130,7 @@ def test_frozen_rendezvous_host_stops_the_job(jsc_cluster: Cluster, job_cleanup:
         assert "the rendezvous host node0i:29500 has not answered for" in job.output(i), str(job)
 
 
-@FIRST_ONLY
+@IN_THE_MATRIX
 def test_node_whose_link_goes_down_stops_the_job(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -146,6 +146,7 @@ def test_node_whose_link_goes_down_stops_the_job(
     assert "the rendezvous host node0i:29500 has not answered" in job.output(3), str(job)
 
 
+@FIRST_ONLY
 def test_killed_agent_leaves_no_workers_and_the_job_stops(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -185,6 +186,7 @@ def test_first_failure_is_named_by_every_agent(
     assert_last_line(job, pattern)
 
 
+@IN_THE_MATRIX
 def test_nodes_whose_workers_finished_name_a_late_failure_and_end(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -288,6 +290,7 @@ def test_sigusr1_to_every_agent_reaches_every_worker_once(
     assert_once({i: job.output(i) for i in range(4)}, PASSED_ON)
 
 
+@IN_THE_MATRIX
 def test_scancel_signal_usr1_reaches_every_worker_once(jsc_cluster: Cluster) -> None:
     """Slurm's own delivery (what ``--signal=USR1@T`` does before the time limit): with
     proctrack/linuxproc slurmstepd signals every process of the step, the workers included, so
@@ -324,11 +327,12 @@ def _groups(job: Job) -> None:
         # the probes, which have the workers' command line
         "pkill-f-torchrun_jsc",
         # the agents' process groups (kill -USR1 -<pgid>): each agent alone
-        pytest.param("process-group", marks=FIRST_ONLY),
+        "process-group",
         # srun passes it on: slurmstepd signals every process of the step
-        pytest.param("srun", marks=FIRST_ONLY),
+        "srun",
     ],
 )
+@IN_THE_MATRIX
 def test_sigusr1_from_each_sender_reaches_every_worker_once(
     jsc_cluster: Cluster, job_cleanup: List[Job], sender: str
 ) -> None:
@@ -392,7 +396,6 @@ def test_no_false_alarm_on_a_fully_loaded_machine(
 # --------------------------------------------------------------------------- start-up skew
 
 
-@FIRST_ONLY
 @pytest.mark.parametrize(
     ("delay", "conf"),
     [
@@ -407,6 +410,7 @@ def test_no_false_alarm_on_a_fully_loaded_machine(
         ),
     ],
 )
+@IN_THE_MATRIX
 def test_late_rendezvous_host_is_waited_for(
     jsc_cluster: Cluster, delay: int, conf: Optional[str]
 ) -> None:
@@ -434,6 +438,7 @@ SINK = (
 )
 
 
+@IN_THE_MATRIX
 def test_a_host_port_that_never_answers_is_named_and_the_wait_ends(jsc_cluster: Cluster) -> None:
     """Another program on the rendezvous host's port (issue 31, item 10): each node says so
     after read_timeout and ends with one line, exit 1, when join_timeout is over (torch's
@@ -459,6 +464,7 @@ def test_a_host_port_that_never_answers_is_named_and_the_wait_ends(jsc_cluster: 
         assert r.elapsed < 30 + 20, describe(results)
 
 
+@FIRST_ONLY
 def test_a_stop_while_waiting_for_the_host_is_one_line_at_once(jsc_cluster: Cluster) -> None:
     """SIGTERM to a node waiting for its rendezvous host (issue 31, item 12): one line naming
     the wait, exit 1, within a few seconds (before: a silent 143)."""
@@ -550,7 +556,7 @@ def test_a_stop_of_the_host_before_any_worker_is_in_the_event_log(jsc_cluster: C
     assert (events[2].get("exit_code"), events[2].get("outcome")) == (1, "failed"), events
 
 
-@FIRST_ONLY
+@IN_THE_MATRIX
 def test_late_rendezvous_host_control_fails_without_waiting(jsc_cluster: Cluster) -> None:
     command = [a for a in argv(jsc_cluster) if not a.startswith("--rdzv_conf")]
     command.insert(-1, "--rdzv_conf=read_timeout=5")
@@ -571,8 +577,8 @@ def crossing_cluster(make_cluster: Callable[..., Cluster], launcher_python: Path
     return make_cluster(nodes=4, prefix="trjo", python=launcher_python, ib_base=98)
 
 
-@FIRST_ONLY
 @pytest.mark.parametrize("order", ["node", "torch"])
+@IN_THE_MATRIX
 def test_group_ranks_follow_node_ranks(crossing_cluster: Cluster, order: str) -> None:
     env = {} if order == "node" else {"TORCHRUN_JSC_RANK_ORDER": "torch"}
     command = argv(crossing_cluster)

@@ -33,7 +33,7 @@ from tests.cluster.recovery_jobs import (
     said,
     wait_for_step,
 )
-from tests.cluster.scenarios import Job
+from tests.cluster.scenarios import FIRST_ONLY, IN_THE_MATRIX, Job
 from torchrun_jsc.runtime.watch.vocabulary import Config
 from torchrun_jsc.torch_defaults import TERM_GRACE
 
@@ -109,6 +109,7 @@ def never_trains_again(job: Job, nodes: Sequence[int], cut_at: float) -> str:
     return "\n".join(reasons)
 
 
+@FIRST_ONLY
 def test_the_rendezvous_host_cut_off_alone_stops_and_the_majority_goes_on(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -137,7 +138,7 @@ def test_the_rendezvous_host_cut_off_alone_stops_and_the_majority_goes_on(
     print(f"host alone: the cut to the new round's first step {to_step:.1f} s; {lines}")
 
 
-@pytest.mark.first_interpreter_in_ci
+@IN_THE_MATRIX
 def test_two_against_two_only_the_hosts_side_goes_on(
     jsc_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:

@@ -41,7 +41,7 @@ from tests.cluster.recovery_jobs import (
     wait_for_step,
     with_a_spare,
 )
-from tests.cluster.scenarios import Job, busy
+from tests.cluster.scenarios import FIRST_ONLY, IN_THE_MATRIX, Job, busy
 from torchrun_jsc.runtime.watch.vocabulary import Config
 from torchrun_jsc.torch_defaults import TERM_GRACE
 
@@ -197,6 +197,7 @@ def test_a_smaller_job_goes_on_after_a_node_is_killed(
     assert job.wait_gone(list(range(4)), 20) == {}, str(job)
 
 
+@IN_THE_MATRIX
 def test_a_job_that_cannot_go_on_stops_saying_why(
     main_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:
@@ -222,6 +223,7 @@ def next_host(members: Sequence[int], lost: int) -> int:
     return min(i for i in members if i != lost)
 
 
+@FIRST_ONLY
 def test_the_next_node_hosts_when_the_rendezvous_host_is_lost_twice(
     five_cluster: Cluster, job_cleanup: List[Job]
 ) -> None:

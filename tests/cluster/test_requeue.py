@@ -24,7 +24,7 @@ import pytest
 
 from tests.cluster.harness import Cluster
 from tests.cluster.recovery_jobs import PEER_TIMEOUT, RESUME, Run, last_run
-from tests.cluster.scenarios import torchrun_argv
+from tests.cluster.scenarios import FIRST_ONLY, IN_THE_MATRIX, torchrun_argv
 from tests.cluster.system import cmdline
 from torchrun_jsc.runtime.events import entry
 
@@ -210,6 +210,7 @@ def frozen_until_excluded(
     assert fields.get("ExcNodeList") in (excluded or [f"node{node}"]), fields
 
 
+@FIRST_ONLY
 def test_the_warning_then_a_lost_node_requeue_the_job_which_resumes_each_time(
     five_cluster: Cluster,
 ) -> None:
@@ -350,7 +351,7 @@ def kill_task(cluster: Cluster, node: int) -> List[int]:
     return pids
 
 
-@pytest.mark.first_interpreter_in_ci
+@IN_THE_MATRIX
 def test_a_node_killed_early_is_requeued_without_it_with_the_default_settings(
     five_cluster: Cluster,
 ) -> None:
@@ -431,6 +432,7 @@ def test_a_script_that_exits_with_the_stop_code_is_not_requeued(main_cluster: Cl
     assert job_fields(cluster, job).get("Restarts") == "0", context
 
 
+@IN_THE_MATRIX
 def test_a_job_that_fails_at_once_is_requeued_at_most_the_maximum(
     main_cluster: Cluster,
 ) -> None:
@@ -570,7 +572,7 @@ def test_a_requeue_leaves_out_the_nodes_the_job_went_on_without(
     assert min(r.resumed_from for r in runs.values()) >= 5, context
 
 
-@pytest.mark.first_interpreter_in_ci
+@IN_THE_MATRIX
 def test_a_host_cut_off_alone_does_not_requeue_while_the_others_go_on(
     five_cluster: Cluster,
 ) -> None:
