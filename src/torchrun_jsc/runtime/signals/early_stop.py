@@ -49,6 +49,8 @@ class EarlyStop:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stopping = False
+        #: Set once the first stop has ended the process (only seen where exit returns).
+        self._over = threading.Event()
         #: The signals handled here (by number), until torch's own handler replaces this one.
         self._active: FrozenSet[int] = frozenset()
         self._env: Mapping[str, str] = {}
@@ -104,11 +106,14 @@ class EarlyStop:
         self._stop(signum)
 
     def _stop(self, signum: int) -> None:
-        """Print the stop's line and end the process (the first caller only)."""
+        """Print the stop's line and end the process (the first caller; a later one, the main
+        thread's interruption beside the wake thread's, waits for it to end the process)."""
         with self._lock:
-            if self._stopping:
-                return
+            first = not self._stopping
             self._stopping = True
+        if not first:
+            self._over.wait(signalled.SLURM_WAIT + timing.EVENTS_WAIT + 1.0)
+            return
         if signum == signal.SIGINT:
             text, code = INTERRUPTED, INTERRUPTED_CODE
         else:
@@ -122,7 +127,10 @@ class EarlyStop:
                     stream.flush()
             os.write(2, (text + "\n").encode(errors="backslashreplace"))
         finally:
-            self.exit(code)
+            try:
+                self.exit(code)
+            finally:
+                self._over.set()  # only reached when exit returns (tests)
 
     def _tell(self, text: str, code: int) -> None:
         """:attr:`on_stop`, in a thread of its own (the main thread may hold what it needs),

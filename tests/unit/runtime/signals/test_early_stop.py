@@ -71,3 +71,25 @@ def test_the_runtime_passes_the_stop_to_its_session(monkeypatch: pytest.MonkeyPa
     runtime.session = Session()  # type: ignore[assignment]
     runtime.early_stop.on_stop("torchrun_jsc: stopped by SIGTERM", 1)
     assert got == [("torchrun_jsc: stopped by SIGTERM", 1)]
+
+
+def test_a_second_stop_waits_for_the_first_to_end_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wake thread's stop and the main thread's interruption, both for one Ctrl-C: the
+    later one returns only once the first has written its line and ended the process (the
+    main thread's SystemExit ended it without the line)."""
+    stop, seen = caught(monkeypatch)
+    telling = threading.Event()
+
+    def slow(line: str, code: int) -> None:
+        telling.set()
+        time.sleep(0.3)
+
+    stop.on_stop = slow
+    first = threading.Thread(target=stop._stop, args=(signal.SIGINT,))
+    first.start()
+    assert telling.wait(5)
+    stop._stop(signal.SIGINT)  # returns after the first has ended the process
+    assert seen == [("line", INTERRUPTED + "\n"), ("exit", INTERRUPTED_CODE)]
+    first.join(5)
