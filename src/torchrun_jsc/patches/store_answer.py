@@ -5,8 +5,9 @@ Another program on the rendezvous port (a leftover process, a second job's servi
 torch's connection and never answers; torch then waits in C++, whatever its timeouts: in the
 connection (torch 2.x) or in the first store operation (torch 1.13, which connects without an
 answer). The replacement times torch's ``_create_tcp_store`` and the store's first answer (a
-count of its keys). Calls told ``is_host=0`` are :mod:`.wait_for_host`'s (with its own bound),
-when it is installed.
+count of its keys), with the early stop's signals held off the calling thread meanwhile
+(:meth:`~torchrun_jsc.runtime.signals.early_stop.EarlyStop.held`). Calls told ``is_host=0``
+are :mod:`.wait_for_host`'s (with its own bound), when it is installed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from typing import Any
 
 from ..log import logger
+from ..runtime import agent
 from ..torch_defaults import JOIN_TIMEOUT, RDZV_PORT, READ_TIMEOUT
 from ._common import C10D_BACKEND, Check, replace, verified
 
@@ -52,11 +54,12 @@ def answered(original: Any, params: Any, endpoint: str, silent: float, bound: fl
         timer.daemon = True
         timer.start()
     try:
-        store = original(params)
-        try:
-            store.num_keys()
-        except (RuntimeError, ValueError) as exc:  # torch's store errors: the caller's to retry
-            raise RendezvousConnectionError(f"the store at {endpoint} did not answer") from exc
+        with agent.runtime().early_stop.held():
+            store = original(params)
+            try:
+                store.num_keys()
+            except (RuntimeError, ValueError) as exc:  # torch's errors: the caller's to retry
+                raise RendezvousConnectionError(f"the store at {endpoint} did not answer") from exc
         return store
     finally:
         said.cancel()

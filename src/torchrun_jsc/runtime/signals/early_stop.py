@@ -14,6 +14,11 @@ worker had started``) and ends with the same exit code (1); SIGINT keeps its lin
 (``interrupted before the launch; nothing was started``) and 130. Once torch has put its own
 handler in place for a signal, this one does nothing more for it: torch's (and the
 ``stop_signal`` patch's) handling is unchanged.
+
+While the main thread is inside torch's connection to the store (:meth:`EarlyStop.held`),
+those signals are held off it, so only the wake thread takes them: torch's C++ retry is not
+interrupted (it logs an interrupted wait with some 40 lines of stack frames, before the
+stop's line).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Callable, FrozenSet, Iterable, Mapping, Optional
+from typing import Callable, FrozenSet, Iterable, Iterator, Mapping, Optional
 
 from .. import timing
 from . import signalled
@@ -53,6 +58,8 @@ class EarlyStop:
         self._over = threading.Event()
         #: The signals handled here (by number), until torch's own handler replaces this one.
         self._active: FrozenSet[int] = frozenset()
+        #: Whether the wake thread runs (without it, a held signal would wait for the block).
+        self._waking = False
         self._env: Mapping[str, str] = {}
         self._doing: Optional[str] = None
         self._doing_since = 0.0
@@ -89,6 +96,20 @@ class EarlyStop:
             if signal.getsignal(number) == self.handler:
                 signal.signal(number, signal.SIG_DFL)
         self._active = self._active & keep
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """The signals still handled here are held off the calling thread for the block; the
+        wake thread takes them at once. Without a wake thread, nothing is held."""
+        numbers = [n for n in self._active if not self.torch_took_over(n)]
+        if not numbers or not self._waking:
+            yield
+            return
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, numbers)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
     def doing(self, what: Optional[str]) -> None:
         """What the agent waits for now (said in the line of a stop), or None."""
@@ -177,6 +198,7 @@ class EarlyStop:
             target=self._read, args=(read_end,), name="torchrun_jsc-early-stop", daemon=True
         )
         thread.start()
+        self._waking = True
 
     def _read(self, fd: int) -> None:
         while True:

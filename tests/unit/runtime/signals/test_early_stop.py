@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import List, Tuple
 
 import pytest
 
+from tests.unit.procs import stop_signals_default
 from torchrun_jsc.runtime import agent, timing
 from torchrun_jsc.runtime.signals.early_stop import INTERRUPTED, INTERRUPTED_CODE, EarlyStop
 
@@ -93,3 +96,52 @@ def test_a_second_stop_waits_for_the_first_to_end_the_process(
     stop._stop(signal.SIGINT)  # returns after the first has ended the process
     assert seen == [("line", INTERRUPTED + "\n"), ("exit", INTERRUPTED_CODE)]
     first.join(5)
+
+
+#: A child that sleeps 1 s in C (libc's nanosleep, which a handled signal interrupts) while a
+#: thread sends it SIGTERM after 0.2 s; held (``sys.argv[1] == "held"``) or not. It prints
+#: nanosleep's result and what the stop's exit got.
+_SLEEPER = """
+import ctypes, os, signal, sys, threading, time
+from torchrun_jsc.runtime.signals.early_stop import EarlyStop
+
+class Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+stop = EarlyStop()
+ended = []
+stop.exit = ended.append
+stop.install({})
+libc = ctypes.CDLL(None, use_errno=True)
+threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+if sys.argv[1] == "held":
+    with stop.held():
+        got = libc.nanosleep(ctypes.byref(Timespec(1, 0)), None)
+else:
+    got = libc.nanosleep(ctypes.byref(Timespec(1, 0)), None)
+deadline = time.monotonic() + 5
+while not ended and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(got, ended)
+"""
+
+
+@pytest.mark.parametrize(("how", "slept"), [("held", "0"), ("not held", "-1")])
+def test_a_held_stop_is_taken_by_the_wake_thread_and_leaves_the_c_wait_alone(
+    how: str, slept: str
+) -> None:
+    """Held, the main thread's C wait runs its full time and the stop still happens (exit 1)
+    at once; not held, the signal interrupts it (torch's connection logs such an
+    interruption with its stack frames)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", _SLEEPER, how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        preexec_fn=stop_signals_default,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [slept, "[1]"], done.stdout + done.stderr
+    assert done.stderr.startswith("torchrun_jsc: stopped by SIGTERM; no worker had started")
