@@ -11,6 +11,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from tests.unit.procs import stop_signals_default
+
 pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).parent
@@ -341,14 +343,6 @@ def test_explain_text_prints_a_byte_that_is_not_utf8_escaped(tmp_path: Path) -> 
     assert b"'tr\\xffin.py'" in out.stdout and b"UnicodeEncodeError" not in out.stderr
 
 
-def _sigint_default() -> None:
-    """As at an interactive shell: a test session started in the background (``run-tests`` runs
-    two side by side) hands its children SIGINT ignored, which they would keep."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_while_torch_imports_is_one_line_and_130() -> None:
     """A SIGINT in the middle of torch's import used to be lost there at some moments (the
     launcher went on for the whole resolve timeout) and at others to end in a traceback or in
@@ -368,7 +362,7 @@ def test_ctrl_c_while_torch_imports_is_one_line_and_130() -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=_sigint_default,
+            preexec_fn=stop_signals_default,
         )
         maps = Path(f"/proc/{proc.pid}/maps")
         deadline = time.monotonic() + 60
@@ -409,7 +403,7 @@ def test_ctrl_c_while_resolving_is_one_line_and_130() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_sigint_default,
+        preexec_fn=stop_signals_default,
     )
     assert proc.stderr is not None
     first = proc.stderr.readline()  # torch imported, resolving (retried every 0.5 s for 60 s)
