@@ -31,6 +31,7 @@ from tests.cluster.scenarios import (
     on_each_node,
     torchrun_argv,
 )
+from tests.cluster.state import WORKDIR_PREFIX
 from tests.cluster.system import cmdline, proc_state
 
 pytestmark = pytest.mark.cluster
@@ -160,10 +161,15 @@ def _leftovers(c: Cluster, daemon_pids: list[int], before_tmp: set[str]) -> list
     assert c.workdir is not None
     if c.workdir.exists():
         found.append(f"workdir {c.workdir}")
-    # the harness only ever creates its workdir; Slurm/munge must not write /tmp either
-    # (other users of this machine create trjsc-cluster-*/torchelastic_* dirs concurrently)
+    # the harness only ever creates its workdir (checked above); Slurm/munge must not write /tmp
+    # either. Other sessions create trjsc-cluster-* workdirs concurrently, and the workdir
+    # prefix begins like the prefixes trjs*: those are not this cluster's.
     new_tmp = set(os.listdir(tempfile.gettempdir())) - before_tmp
-    found += [f"tmp {n}" for n in new_tmp if n.startswith(("slurm", "munge", c.prefix))]
+    found += [
+        f"tmp {n}"
+        for n in new_tmp
+        if n.startswith(("slurm", "munge", c.prefix)) and not n.startswith(WORKDIR_PREFIX)
+    ]
     return found
 
 
