@@ -54,6 +54,9 @@ SYMBOL = {"passed": "pass", "failed": "**FAIL**", "error": "**ERROR**", "skipped
 COMPATIBILITY = REPO / "docs" / "compatibility.md"
 
 Results = Dict[str, str]
+#: The row an earlier table gave junit entries without a name (they name no scenario; read
+#: back, it is dropped).
+NAMELESS = "`?`"
 #: The torch part of a test id: ``torch2.4.1``, ``torch1.13.0a0``, ``torch?`` (unknown).
 _TORCH_ID = r"torch(?:\?|\d[0-9A-Za-z.]*)"
 
@@ -73,7 +76,9 @@ def junit_results(root: ET.Element) -> Results:
     """junit XML -> {scenario: passed|failed|error|skipped}."""
     results: Results = {}
     for case in root.iter("testcase"):
-        short = scenario_name(case.get("classname", ""), case.get("name", "?"))
+        if not case.get("name"):  # names no scenario
+            continue
+        short = scenario_name(case.get("classname", ""), case.get("name", ""))
         tags = {child.tag for child in case}
         status = next((s for s in ("failure", "error", "skipped") if s in tags), "passed")
         status = "failed" if status == "failure" else status
@@ -122,7 +127,7 @@ def previous_runs(text: str) -> tuple[Dict[str, Results], str]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("| `") and versions and len(cells) == len(versions) + 1:
             for version, cell in zip(versions, cells[1:]):
-                if cell in status:
+                if cell in status and cells[0] != NAMELESS:
                     runs[version][cells[0].strip("`")] = status[cell]
     return runs, commit
 

@@ -192,3 +192,26 @@ def test_run_scenarios_refuses_a_bad_ran_at(
     argv = ["run-scenarios", "--output", str(out), "--ran-at", value]
     assert cli.main([*argv, "--from-junit", f"{version}={xml}"]) == 2
     assert not out.exists()
+
+
+def test_a_nameless_junit_entry_names_no_scenario_and_its_old_row_is_dropped(
+    tmp_path: Path,
+) -> None:
+    xml = tmp_path / "x.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest"><testcase classname="" time="1"/>'
+        '<testcase classname="tests.cluster.test_launcher" name="test_srun_jsc_style[torch2.4.1]"/>'
+        "</testsuite></testsuites>"
+    )
+    assert scenarios.parse_junit(xml) == {"test_launcher::test_srun_jsc_style": "passed"}
+    text = scenarios.render_compat(
+        {"2.4.1": {"?": "passed", "test_launcher::test_srun_jsc_style": "passed"}},
+        {},
+        "3.11.7",
+        "abc1234",
+        "2026-01-02",
+    )
+    assert "| `?` | pass |" in text
+    assert scenarios.previous_runs(text)[0] == {
+        "2.4.1": {"test_launcher::test_srun_jsc_style": "passed"}
+    }
