@@ -76,9 +76,10 @@ def junit_results(root: ET.Element) -> Results:
     """junit XML -> {scenario: passed|failed|error|skipped}."""
     results: Results = {}
     for case in root.iter("testcase"):
-        if not case.get("name"):  # names no scenario
+        name = case.get("name")
+        if not name:  # names no scenario
             continue
-        short = scenario_name(case.get("classname", ""), case.get("name", ""))
+        short = scenario_name(case.get("classname", ""), name)
         tags = {child.tag for child in case}
         status = next((s for s in ("failure", "error", "skipped") if s in tags), "passed")
         status = "failed" if status == "failure" else status
