@@ -17,6 +17,7 @@ Each mechanism is a runtime patch (:mod:`torchrun_jsc.patches`), switchable by i
 | a stop by a signal, one line | ``stop_signal`` | every launch (with the failure report) |
 | wait for a late rendezvous host | ``wait_for_host`` | nodes that do not host the store |
 | group ranks in node order | ``rank_order`` | multi-node c10d launches with a node rank |
+| a lost write of the rendezvous state waits | ``backoff`` | multi-node c10d launches it fixes |
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Optional, Tuple
 from .decisions import Collector
 from .facts import NodeFacts
 from .handover import Handover
-from .patches import params
+from .patches import backoff, params
 from .patches.params import AGENT_SIDE
 from .release import __version__
 from .request import Request, handled_signals
@@ -34,6 +35,7 @@ from .runtime.events.entry import LogTarget
 from .runtime.requeue.decision import Budget
 from .runtime.watch.vocabulary import Config
 from .slurm import SlurmStep, expand_hostlist
+from .torch_defaults import KEEP_ALIVE_INTERVAL
 from .versions import OWN_SESSION_FROM, TorchVersion
 
 #: The patches this module decides (all others fix the start).
@@ -131,6 +133,7 @@ def plan_agent_side(
     _store_answer(side, request, waits, answer_at)
     if fixing:
         _rank_order(side, request)
+        _backoff(side, request)
 
 
 def _store_answer(side: Collector, request: Request, waits: bool, at: int) -> None:
@@ -507,4 +510,26 @@ def _rank_order(side: Collector, request: Request) -> None:
         "rank order",
         f"node rank{elastic}",
         f"node rank {request.node_rank} from {request.node_rank_source}",
+    )
+
+
+def _backoff(side: Collector, request: Request) -> None:
+    """A node whose write of torch's rendezvous state lost waits before it tries again."""
+    if not request.settings.backoff:
+        side.decide("lost state writes", "tried again at once", "TORCHRUN_JSC_BACKOFF=0")
+        return
+    given = request.conf.get("keep_alive_interval", "")
+    interval = KEEP_ALIVE_INTERVAL
+    source = f"torch's keep-alive interval, {KEEP_ALIVE_INTERVAL} s"
+    if given.isdigit() and 0 < int(given) < KEEP_ALIVE_INTERVAL:
+        interval, source = int(given), f"keep_alive_interval={given} in --rdzv_conf"
+    cap = backoff.cap_for(interval)
+    side.patch(
+        params.Backoff(first=backoff.FIRST, cap=cap),
+        "fewer tries when many nodes write torch's rendezvous state at once",
+    )
+    side.decide(
+        "lost state writes",
+        f"a random wait up to {backoff.FIRST:g} s, doubling per loss in a row, at most {cap:g} s",
+        f"at most half of {source}",
     )

@@ -25,6 +25,10 @@ CLOSE_TIMEOUT = 30
 #: ``exit_barrier_timeout`` default of ``SimpleElasticAgent`` and ``LocalElasticAgent``
 #: (``distributed/elastic/agent/server/api.py``, ``local_elastic_agent.py``).
 EXIT_BARRIER_TIMEOUT = 300
+#: Seconds between a node's keep-alives in torch's rendezvous state: ``keep_alive_interval``,
+#: the default of ``RendezvousSettings`` (``distributed/elastic/rendezvous/dynamic_rendezvous.py``),
+#: read from ``--rdzv_conf`` from torch 2.7.
+KEEP_ALIVE_INTERVAL = 5
 #: The c10d rendezvous port when ``--rdzv_endpoint`` names none: the ``default_port`` that
 #: ``_create_tcp_store`` passes to ``parse_rendezvous_endpoint``
 #: (``distributed/elastic/rendezvous/c10d_rendezvous_backend.py``).

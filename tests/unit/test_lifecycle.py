@@ -78,6 +78,28 @@ def test_a_multi_node_launch_is_watched_through_its_store() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("conf", "cap", "source"),
+    [
+        ("", 2.5, "torch's keep-alive interval, 5 s"),
+        ("keep_alive_interval=2", 1.0, "keep_alive_interval=2 in --rdzv_conf"),
+        ("keep_alive_interval=30", 2.5, "torch's keep-alive interval, 5 s"),
+    ],
+    ids=["default", "shorter", "longer"],
+)
+def test_a_lost_state_write_waits_at_most_half_a_keep_alive(
+    conf: str, cap: float, source: str
+) -> None:
+    args = [*MULTI, *([f"--rdzv_conf={conf}"] if conf else []), *SCRIPT]
+    p = plan(args, {"SLURM_NODEID": "1"}, "2.13.0", node(1))
+    assert patches(p)["backoff"] == {"first": 0.05, "cap": cap}
+    assert decision(p, "lost state writes").endswith(f"(at most half of {source})")
+
+
+def test_a_single_node_launch_has_no_backoff() -> None:
+    assert "backoff" not in patches(plan([*STANDALONE, *SCRIPT]))
+
+
 def test_the_host_watches() -> None:
     p = multi(0)
     host = {**NODE1, "hostname": "node0", "node_rank": 0, "is_host": True}
@@ -98,8 +120,9 @@ def test_the_host_watches() -> None:
         ({"TORCHRUN_JSC_FORWARD_SIGNALS": "none"}, "forward_signals", "SIGUSR1, SIGUSR2", "none"),
         ({"TORCHRUN_JSC_WAIT_FOR_HOST": "0"}, "wait_for_host", "waiting for the host", "=0"),
         ({"TORCHRUN_JSC_RANK_ORDER": "torch"}, "rank_order", "rank order", "RANK_ORDER=torch"),
+        ({"TORCHRUN_JSC_BACKOFF": "0"}, "backoff", "lost state writes", "at once"),
     ],
-    ids=["orphans", "signals", "wait", "rank-order"],
+    ids=["orphans", "signals", "wait", "rank-order", "backoff"],
 )
 def test_each_mechanism_has_its_switch(
     env: Dict[str, str], absent: str, topic: str, words: str

@@ -512,3 +512,72 @@ def test_the_agent_side_patches_leave_the_planned_job_watch_in_every_order() -> 
     finally:
         patches.restore_all()
     assert seen == {(config, 12.0)}
+
+
+@pytest.mark.parametrize(
+    ("losses", "longest"),
+    [(1, 0.05), (2, 0.1), (3, 0.2), (6, 1.6), (7, 2.5), (10_000, 2.5)],
+)
+def test_backoff_window_doubles_per_loss_up_to_its_cap(losses: int, longest: float) -> None:
+    from torchrun_jsc.patches.backoff import window
+
+    assert window(losses, 0.05, 2.5) == pytest.approx(longest)
+
+
+class _Rivalled:
+    """A rendezvous backend (compare-and-set on one blob, in memory) whose first ``rivals``
+    writes lose to another node's write that comes first."""
+
+    name = "memory"
+
+    def __init__(self, rivals: int) -> None:
+        self.blob, self.token, self.rivals = b"", 0, rivals
+        self.calls: list[str] = []
+
+    def get_state(self) -> Any:
+        self.calls.append("get")
+        return (self.blob, self.token) if self.blob else None
+
+    def set_state(self, state: bytes, token: Any = None) -> Any:
+        self.calls.append("set")
+        if self.rivals:
+            self.rivals -= 1
+            self.token += 1  # another node's write wins first
+            return self.blob, self.token, False
+        if token != self.token:
+            return self.blob, self.token, False
+        self.blob, self.token = state, self.token + 1
+        return self.blob, self.token, True
+
+
+def test_backoff_waits_after_each_lost_write_and_reads_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pickle
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    from torchrun_jsc.patches import backoff
+
+    waits: list[float] = []
+    monkeypatch.setattr(backoff.time, "sleep", waits.append)
+    rival = _Rivalled(rivals=3)
+    rival.blob = pickle.dumps(dr._RendezvousState())
+    settings = dr.RendezvousSettings("r", 2, 2, dr.RendezvousTimeout(), dr.timedelta(seconds=5), 3)
+    holder = dr._BackendRendezvousStateHolder(rival, settings)  # type: ignore[arg-type]
+    assert patches.install(params.Backoff(first=0.05, cap=0.15)) is None
+    assert holder.sync() is None and rival.calls == ["get"]  # a plain read never waits
+    outcomes = []
+    for _ in range(4):  # the join op writes again after each loss, from the state it holds
+        holder.mark_dirty()
+        outcomes.append(holder.sync())
+    assert outcomes == [False, False, False, True]
+    assert rival.calls == ["get", "set", "get", "set", "get", "set", "get", "set"]
+    assert len(waits) == 3 and all(0 <= w <= top for w, top in zip(waits, (0.05, 0.1, 0.15)))
+    holder.mark_dirty()
+    rival.rivals = 1
+    assert holder.sync() is False and 0 <= waits[-1] <= 0.05  # a won write starts it over
+    patches.restore_all()
+    holder.mark_dirty()
+    rival.rivals, rival.calls = 1, []
+    assert holder.sync() is False and rival.calls == ["set"] and len(waits) == 4  # torch's own

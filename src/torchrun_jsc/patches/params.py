@@ -119,6 +119,14 @@ class WaitForHost(NamedTuple):
     handed_over: bool = False
 
 
+class Backoff(NamedTuple):
+    """``backoff``: after a lost write of the rendezvous state, a random wait up to ``first``
+    seconds, doubling with each loss in a row up to ``cap``."""
+
+    first: float
+    cap: float
+
+
 class RankOrder(NamedTuple):
     """``rank_order``: group ranks follow ``node_rank``."""
 
@@ -145,6 +153,7 @@ Params = Union[
     SpareWait,
     WaitForHost,
     RankOrder,
+    Backoff,
 ]
 
 #: Patch name (its module in :mod:`torchrun_jsc.patches`) -> its parameters.
@@ -168,6 +177,7 @@ REGISTRY: Dict[str, Type[Params]] = {
     "spare_wait": SpareWait,
     "wait_for_host": WaitForHost,
     "rank_order": RankOrder,
+    "backoff": Backoff,
 }
 _NAMES = {kind: name for name, kind in REGISTRY.items()}
 
@@ -185,6 +195,7 @@ AGENT_SIDE = (
     "requeue",
     "wait_for_host",
     "rank_order",
+    "backoff",
 )
 
 

@@ -14,8 +14,9 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 from .. import envvars
 from ..errors import ConfigError
 from ..handover import VARIABLE as HANDOVER_VARIABLE
+from ..patches.backoff import FIRST as BACKOFF_FIRST
 from ..patches.wait_for_host import SAY_EVERY
-from ..torch_defaults import JOIN_TIMEOUT, READ_TIMEOUT, TERM_GRACE
+from ..torch_defaults import JOIN_TIMEOUT, KEEP_ALIVE_INTERVAL, READ_TIMEOUT, TERM_GRACE
 from .requeue import REQUEUE_VARIABLES
 from .values import (
     FORWARDABLE,
@@ -394,6 +395,23 @@ VARIABLES: Tuple[Variable, ...] = (
         ),
         short="`node`, `torch`",
     ),
+    Variable(
+        "TORCHRUN_JSC_BACKOFF",
+        "backoff",
+        switch,
+        True,
+        "1",
+        SWITCH,
+        (
+            "1: a node whose write of torch's rendezvous state lost (another node's write came"
+            f" first) waits a random time before it tries again, up to {BACKOFF_FIRST:g} s at"
+            " first and twice as long after each further loss in a row, never longer than half"
+            f" torch's keep-alive interval ({KEEP_ALIVE_INTERVAL} s), then reads the state"
+            " afresh: fewer tries and bytes when hundreds of nodes join at once. 0: torch's"
+            " behaviour (it tries again at once)."
+        ),
+        short="0, 1",
+    ),
     *REQUEUE_VARIABLES,
 )
 
@@ -446,6 +464,7 @@ class Settings(NamedTuple):
     failover: bool
     wait_for_host: bool
     rank_order: Optional[str]
+    backoff: bool
     requeue: bool
     requeue_max: int
     requeue_min_run: float
