@@ -33,6 +33,8 @@ CHECKS = (
 FIRST = 0.05
 #: Where a state holder keeps its losses in a row.
 _LOSSES = "_torchrun_jsc_lost_writes"
+#: Where a state holder counts its waits (every lost write is one).
+WAITS = "_torchrun_jsc_waits"
 
 
 def window(losses: int, first: float, cap: float) -> float:
@@ -59,6 +61,7 @@ def install(first: float, cap: float) -> None:
         elif outcome is False:
             losses = getattr(self, _LOSSES, 0) + 1
             setattr(self, _LOSSES, losses)
+            setattr(self, WAITS, getattr(self, WAITS, 0) + 1)
             time.sleep(draw(0.0, window(losses, first, cap)))
             self._last_sync_time = -1.0  # older than any cache: the next read goes to the store
             sync(self)  # not dirty after the loss: a read of the newest state
