@@ -6,8 +6,10 @@ host), and per simulated node torch's own ``DynamicRendezvousHandler`` with the 
 it, with ``--nnodes=N`` (min = max = N). What is simulated: the nodes are threads, spread over a
 few client processes (``--processes``), all on this machine's cores, with no workers; each
 node's address is loopback (``local_addr``; torch's node id adds the pid and a counter), so no
-name is looked up. torchrun_jsc's own part (the job watch, its store keys) is not in this round:
-the agent starts it after the rendezvous.
+name is looked up. Each size runs twice, one after the other: plain torch, and torch with the
+two patches of this checkout that act in this round, ``backoff`` and ``rank_order``, installed
+with the parameters the plan gives them (``--modes``). torchrun_jsc's job watch is not in this
+round: the agent starts it after the rendezvous.
 
 Every rendezvous state operation goes through a counter in front of the backend's store: the
 ``compare_set`` tries (each an attempt to write the state blob), those that won (the state read
@@ -17,9 +19,15 @@ count from one start signal (a store key every node waits for) until each node h
 time on two shared cores overstates what N real nodes see; the operation counts do not depend on
 the machine.
 
+``--state-cost`` measures instead, in this process, what one write of the state costs a node
+for N participants up to 4,096 (pickling the state, base64 as the c10d backend sends it, and
+unpickling the answer): the part of a try that the store serialises, from which the table
+projects the shortest first round (N writes one after the other) and the most keep-alives the
+state can take per second.
+
 It runs in a network namespace of its own (``unshare -n``, loopback up), like heartbeat_load.py.
 Needs root. Prints; ``--record`` writes the table into docs/benchmarks.md (section
-scale-first-round).
+scale-first-round, or scale-state-cost) and the plot to docs/scale-first-round.png.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -43,6 +51,9 @@ from record import record  # noqa: E402
 
 #: The round's key prefix (the run id).
 RUN_ID = "bench"
+PLOT = ROOT / "docs" / "scale-first-round.png"
+#: The modes: plain torch, and torch with the patches torchrun_jsc installs for this round.
+MODES = ("torch", "torchrun_jsc")
 
 
 class Counted:
@@ -55,6 +66,7 @@ class Counted:
         self.won = 0
         self.gets = 0
         self.blob = 0
+        self.moved = 0
 
     def compare_set(self, key: str, expected: Any, desired: Any) -> Any:
         found = self.store.compare_set(key, expected, desired)
@@ -63,6 +75,7 @@ class Counted:
             self.tries += 1
             self.won += int(found == wanted)
             self.blob = max(self.blob, len(found))
+            self.moved += len(wanted) + len(found)
         return found
 
     def get(self, key: str) -> Any:
@@ -70,16 +83,35 @@ class Counted:
         with self.lock:
             self.gets += 1
             self.blob = max(self.blob, len(found))
+            self.moved += len(found)
         return found
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
 
-def agents(port: int, first: int, count: int, nodes: int, join: float) -> None:
+def install_patches(first: int) -> None:
+    """This checkout's ``backoff`` and ``rank_order`` patches, with the plan's parameters for a
+    node of this round (the node rank: the first simulated node's of this process; torch counts
+    the handlers of one process in the low bits of ``local_id``)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from torchrun_jsc.patches import backoff, install, params
+    from torchrun_jsc.torch_defaults import KEEP_ALIVE_INTERVAL
+
+    chosen = params.Backoff(first=backoff.FIRST, cap=backoff.cap_for(KEEP_ALIVE_INTERVAL))
+    for patch in (chosen, params.RankOrder(node_rank=first)):
+        declined = install(patch)
+        assert declined is None, declined
+
+
+def agents(port: int, first: int, count: int, nodes: int, join: float, mode: str) -> None:
     """Simulated nodes ``first .. first+count-1``, one thread each: connect, wait for the
-    start, join the round; prints one JSON line with each node's time and rank and the counts."""
+    start, join the round; prints one JSON line with each node's time and rank and the counts.
+    ``mode`` torchrun_jsc: its patches for this round installed first."""
     import datetime
+
+    if mode == "torchrun_jsc":
+        install_patches(first)
 
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
@@ -136,12 +168,13 @@ def agents(port: int, first: int, count: int, nodes: int, join: float) -> None:
         "won": sum(c.won for c in counters),
         "gets": sum(c.gets for c in counters),
         "blob": max((c.blob for c in counters), default=0),
+        "moved": sum(c.moved for c in counters),
     }
     print(json.dumps({"nodes": results, **totals}), flush=True)
     os._exit(0)
 
 
-def run(nodes: int, processes: int, join: float) -> Dict[str, Any]:
+def run(nodes: int, processes: int, join: float, mode: str) -> Dict[str, Any]:
     """One first round of ``nodes`` simulated nodes; its figures."""
     import datetime
 
@@ -150,7 +183,7 @@ def run(nodes: int, processes: int, join: float) -> Dict[str, Any]:
 
     server, port = start_server(1800, timeout=900)
     me = str(Path(__file__).resolve())
-    children = start_clients(me, "--agents", port, nodes, processes, nodes, join)
+    children = start_clients(me, "--agents", port, nodes, processes, nodes, join, mode)
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for mypy
     control = tcp_store("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
     proc = psutil.Process(server.pid)
@@ -158,13 +191,14 @@ def run(nodes: int, processes: int, join: float) -> Dict[str, Any]:
     start = time.time()
     control.set("bench/go", repr(start))
     found: List[Dict[str, Any]] = []
-    tries = won = gets = blob = 0
+    tries = won = gets = blob = moved = 0
     for child in children:
         out, _ = child.communicate(timeout=1800)
         report = json.loads(out.strip().splitlines()[-1])
         found += report["nodes"]
         tries, won, gets = tries + report["tries"], won + report["won"], gets + report["gets"]
         blob = max(blob, report["blob"])
+        moved += report["moved"]
     cpu1 = proc.cpu_times()
     server.kill()
     server.wait()
@@ -172,6 +206,8 @@ def run(nodes: int, processes: int, join: float) -> Dict[str, Any]:
     times = sorted(r["s"] for r in ranked) or [math.nan]
     assert len(found) == nodes and sorted(r["rank"] for r in ranked) in ([], list(range(nodes)))
     return {
+        "torch": torch_release(),
+        "mode": mode,
         "nodes": nodes,
         "ranked": len(ranked),
         "all_ranked_s": round(times[-1], 2) if len(ranked) == nodes else None,
@@ -182,13 +218,25 @@ def run(nodes: int, processes: int, join: float) -> Dict[str, Any]:
         "gets": gets,
         "ops_per_node": round((tries + gets) / nodes, 1),
         "state_bytes": blob,
+        "moved_mb": round(moved / 1e6, 1),
         "server_cpu_s": round((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), 2),
     }
 
 
+def torch_release() -> str:
+    import torch
+
+    return str(torch.__version__).split("+")[0]
+
+
 def exponent(rows: List[Dict[str, Any]], key: str) -> float:
-    """The least-squares slope of log(``key``) over log(nodes): how the figure grows with N."""
-    points = [(math.log(r["nodes"]), math.log(r[key])) for r in rows if r[key]]
+    """The least-squares slope of log(``key``) over log(nodes), over the rounds that formed:
+    how the figure grows with N."""
+    points = [
+        (math.log(r["nodes"]), math.log(r[key]))
+        for r in rows
+        if r[key] and r["all_ranked_s"] is not None  # a round that never formed: no point
+    ]
     if len(points) < 2:
         return float("nan")
     mx = statistics.fmean(x for x, _ in points)
@@ -199,6 +247,7 @@ def exponent(rows: List[Dict[str, Any]], key: str) -> float:
 
 
 COLUMNS = [
+    ("mode", "mode"),
     ("nodes", "nodes"),
     ("ranked", "nodes ranked"),
     ("all_ranked_s", "every rank (s)"),
@@ -209,46 +258,187 @@ COLUMNS = [
     ("gets", "gets"),
     ("ops_per_node", "state ops per node"),
     ("state_bytes", "state blob (bytes)"),
+    ("moved_mb", "state moved (MB)"),
     ("server_cpu_s", "store CPU (s)"),
 ]
+
+
+def state_cost(sizes: List[int], repeat: int) -> Dict[str, Any]:
+    """What one try costs a node for each size: the rendezvous state with N participants (each
+    with its heartbeat, as after a round) pickled and base64-encoded as the c10d backend sends
+    it, and the answer decoded and unpickled; the median of ``repeat``; from it the shortest
+    first round (N such writes one after the other) and the most keep-alives per second."""
+    import base64
+    import datetime
+    import pickle
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    from torchrun_jsc.torch_defaults import KEEP_ALIVE_INTERVAL
+
+    rows = []
+    for n in sizes:
+        state = dr._RendezvousState()
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for i in range(n):
+            node = dr._NodeDesc(f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}", 4000 + i, 1 << 16)
+            state.participants[node] = i
+            state.last_heartbeats[node] = now
+        blob = base64.b64encode(pickle.dumps(state))
+        took = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            pickle.loads(base64.b64decode(base64.b64encode(pickle.dumps(state))))
+            took.append(time.perf_counter() - start)
+        try_s = statistics.median(took)
+        rows.append(
+            {
+                "nodes": n,
+                "blob_kb": round(len(blob) / 1e3, 1),
+                "try_ms": round(try_s * 1e3, 2),
+                "serial_round_s": round(n * try_s, 1),
+                "keep_alives_per_s": round(n / KEEP_ALIVE_INTERVAL),
+                "writes_per_s": round(1 / try_s),
+            }
+        )
+    return {"rows": rows, "interval": KEEP_ALIVE_INTERVAL}
+
+
+COST_COLUMNS = [
+    ("nodes", "nodes"),
+    ("blob_kb", "state blob (kB, base64)"),
+    ("try_ms", "one try, one core (ms)"),
+    ("serial_round_s", "N tries in a row (s)"),
+    ("keep_alives_per_s", "keep-alives needed (/s)"),
+    ("writes_per_s", "writes one after the other (/s)"),
+]
+
+
+RELEASE_COLUMNS = [
+    ("torch", "torch"),
+    ("mode", "mode"),
+    ("nodes", "nodes"),
+    ("ranked", "nodes ranked"),
+    ("all_ranked_s", "every rank (s)"),
+    ("compare_set_tries", "compare_set tries"),
+    ("retries_per_node", "retries per node"),
+    ("moved_mb", "state moved (MB)"),
+]
+
+
+def table(rows: List[Dict[str, Any]], columns: List[Any]) -> List[str]:
+    return [
+        "| " + " | ".join(title for _, title in columns) + " |",
+        "|" + "---|" * len(columns),
+        *("| " + " | ".join(str(r[k]) for k, _ in columns) + " |" for r in rows),
+    ]
+
+
+def plot(rows: List[Dict[str, Any]], path: Path) -> None:
+    """Tries per node, state bytes moved per node and the time to every rank, against N."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    panels: List[Tuple[Callable[[Dict[str, Any]], float], str, str]] = [
+        (lambda r: float(r["compare_set_tries"]) / r["nodes"], "compare_set tries per node", ""),
+        (lambda r: float(r["moved_mb"]) * 1e3 / r["nodes"], "state moved per node", "kB"),
+        (lambda r: float(r["all_ranked_s"]), "first round: every rank", "s"),
+    ]
+    for ax, (value, title, unit) in zip(axes, panels):
+        for mode, marker in zip(MODES, "os"):
+            mine = [r for r in rows if r["mode"] == mode and r["all_ranked_s"] is not None]
+            ax.plot([r["nodes"] for r in mine], [value(r) for r in mine], marker + "-", label=mode)
+        sizes = sorted({r["nodes"] for r in rows})
+        ax.set(title=title, xlabel="simulated nodes", ylabel=unit, yscale="log")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--agents":
         port, first, count, nodes = (int(x) for x in sys.argv[2:6])
-        agents(port, first, count, nodes, float(sys.argv[6]))
+        agents(port, first, count, nodes, float(sys.argv[6]), sys.argv[7])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[16, 64, 256])
-    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--processes", type=int, default=16)
     parser.add_argument(
         "--join-timeout", type=float, default=300.0, help="torch's join timeout (s): the bound"
     )
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument(
+        "--state-cost", action="store_true", help="one try's cost per N instead (no store)"
+    )
+    parser.add_argument("--plot", type=Path, help="write the plot here (matplotlib)")
+    parser.add_argument(
+        "--releases",
+        type=Path,
+        nargs="+",
+        help="instead: one table of the JSON rows these files hold (runs on several releases)",
+    )
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
+    if args.releases:
+        rows = [
+            json.loads(line)
+            for path in args.releases
+            for line in path.read_text().splitlines()
+            if line.startswith("{")
+        ]
+        lines = table(rows, RELEASE_COLUMNS)
+        print("\n".join(lines))
+        if args.record:
+            section = "\n".join(lines) + "\n"
+            record("scale-first-round-releases", section, ROOT / "docs" / "benchmarks.md")
+        return
+    if args.state_cost:
+        sys.path.insert(0, str(ROOT / "src"))
+        import torch
+
+        cost = state_cost(args.nodes, repeat=21)
+        lines = table(cost["rows"], COST_COLUMNS)
+        note = (
+            f"\ntorch {torch.__version__.split('+')[0]}; median of 21 tries per size; one"
+            f" keep-alive per node every {cost['interval']} s.\n"
+        )
+        print("\n".join(lines) + note)
+        if args.record:
+            record(
+                "scale-state-cost", "\n".join(lines) + "\n" + note, ROOT / "docs" / "benchmarks.md"
+            )
+        return
     isolate("scale_first_round.py")
     import torch
 
     rows = []
     for n in args.nodes:
-        row = run(n, args.processes, args.join_timeout)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-    lines = [
-        "| " + " | ".join(title for _, title in COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-        *("| " + " | ".join(str(r[k]) for k, _ in COLUMNS) + " |" for r in rows),
-    ]
-    growth = ", ".join(
-        f"{title} ~ N^{exponent(rows, key):.2f}"
-        for key, title in COLUMNS[1:]
-        if key in ("all_ranked_s", "compare_set_tries", "ops_per_node", "state_bytes")
+        for mode in args.modes:  # paired: both modes at one size, one after the other
+            row = run(n, args.processes, args.join_timeout, mode)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    growth = "; ".join(
+        f"{mode}: "
+        + ", ".join(
+            f"{title} ~ N^{exponent([r for r in rows if r['mode'] == mode], key):.2f}"
+            for key, title in COLUMNS
+            if key in ("all_ranked_s", "compare_set_tries", "moved_mb")
+        )
+        for mode in args.modes
     )
     note = (
         f"\ntorch {torch.__version__.split('+')[0]}, {args.processes} client processes."
         f" Growth with N (least-squares fit over these rows): {growth}.\n"
     )
+    lines = table(rows, COLUMNS)
     print("\n".join(lines) + note)
+    if args.plot or args.record:
+        plot(rows, args.plot or PLOT)
     if args.record:
         record("scale-first-round", "\n".join(lines) + "\n" + note, ROOT / "docs" / "benchmarks.md")
 
