@@ -17,6 +17,7 @@ import random
 import time
 from typing import Any, Callable
 
+from ..log import logger
 from ._common import DYNAMIC_RENDEZVOUS, Check, replace, verified
 
 #: ``sync`` returns False after a lost write; ``__init__``'s ``cache_duration`` is the cache
@@ -62,7 +63,13 @@ def install(first: float, cap: float) -> None:
             losses = getattr(self, _LOSSES, 0) + 1
             setattr(self, _LOSSES, losses)
             setattr(self, WAITS, getattr(self, WAITS, 0) + 1)
-            time.sleep(draw(0.0, window(losses, first, cap)))
+            wait = draw(0.0, window(losses, first, cap))
+            logger.debug(
+                "torchrun_jsc: a write of the rendezvous state lost (%d in a row); waiting %.3f s",
+                losses,
+                wait,
+            )
+            time.sleep(wait)
             self._last_sync_time = -1.0  # older than any cache: the next read goes to the store
             sync(self)  # not dirty after the loss: a read of the newest state
         return outcome
