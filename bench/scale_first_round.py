@@ -314,16 +314,17 @@ COST_COLUMNS = [
 ]
 
 
-RELEASE_COLUMNS = [
-    ("torch", "torch"),
-    ("mode", "mode"),
-    ("nodes", "nodes"),
-    ("ranked", "nodes ranked"),
-    ("all_ranked_s", "every rank (s)"),
-    ("compare_set_tries", "compare_set tries"),
-    ("retries_per_node", "retries per node"),
-    ("moved_mb", "state moved (MB)"),
-]
+#: The release table: the round's main figures, per release (titles as in :data:`COLUMNS`).
+_RELEASE_KEYS = (
+    "mode",
+    "nodes",
+    "ranked",
+    "all_ranked_s",
+    "compare_set_tries",
+    "retries_per_node",
+    "moved_mb",
+)
+RELEASE_COLUMNS = [("torch", "torch")] + [c for c in COLUMNS if c[0] in _RELEASE_KEYS]
 
 
 def table(rows: List[Dict[str, Any]], columns: List[Any]) -> List[str]:
@@ -399,12 +400,10 @@ def main() -> None:
         return
     if args.state_cost:
         sys.path.insert(0, str(ROOT / "src"))
-        import torch
-
         cost = state_cost(args.nodes, repeat=21)
         lines = table(cost["rows"], COST_COLUMNS)
         note = (
-            f"\ntorch {torch.__version__.split('+')[0]}; median of 21 tries per size; one"
+            f"\ntorch {torch_release()}; median of 21 tries per size; one"
             f" keep-alive per node every {cost['interval']} s.\n"
         )
         print("\n".join(lines) + note)
@@ -414,8 +413,6 @@ def main() -> None:
             )
         return
     isolate("scale_first_round.py")
-    import torch
-
     rows = []
     for n in args.nodes:
         for mode in args.modes:  # paired: both modes at one size, one after the other
@@ -432,7 +429,7 @@ def main() -> None:
         for mode in args.modes
     )
     note = (
-        f"\ntorch {torch.__version__.split('+')[0]}, {args.processes} client processes."
+        f"\ntorch {torch_release()}, {args.processes} client processes."
         f" Growth with N (least-squares fit over these rows): {growth}.\n"
     )
     lines = table(rows, COLUMNS)
