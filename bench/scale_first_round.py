@@ -229,14 +229,17 @@ def torch_release() -> str:
     return str(torch.__version__).split("+")[0]
 
 
-def exponent(rows: List[Dict[str, Any]], key: str) -> float:
-    """The least-squares slope of log(``key``) over log(nodes), over the rounds that formed:
-    how the figure grows with N."""
-    points = [
-        (math.log(r["nodes"]), math.log(r[key]))
-        for r in rows
-        if r[key] and r["all_ranked_s"] is not None  # a round that never formed: no point
-    ]
+def formed(row: Dict[str, Any]) -> bool:
+    """Whether the row's round formed (a round that never did is no point of a fit)."""
+    return row["all_ranked_s"] is not None
+
+
+def exponent(
+    rows: List[Dict[str, Any]], key: str, counts: Callable[[Dict[str, Any]], bool] = formed
+) -> float:
+    """The least-squares slope of log(``key``) over log(nodes), over the rows that ``counts``
+    (by default the rounds that formed): how the figure grows with N."""
+    points = [(math.log(r["nodes"]), math.log(r[key])) for r in rows if r[key] and counts(r)]
     if len(points) < 2:
         return float("nan")
     mx = statistics.fmean(x for x, _ in points)
