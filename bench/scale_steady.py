@@ -39,13 +39,21 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # this checkout's torchrun_jsc, not an installed one
 sys.path.insert(0, str(ROOT / "bench"))
 
+from heartbeat_load import LOSE_AFTER, Watch  # noqa: E402
 from loopback import isolate, raise_open_files, start_clients, start_server  # noqa: E402
 from record import record  # noqa: E402
 from scale_first_round import RUN_ID, Counted, exponent, table, torch_release  # noqa: E402
+from torchrun_jsc.settings.table import variable  # noqa: E402
 
 MODES = ("torch", "torchrun_jsc")
+#: The job watch's peer timeout (TORCHRUN_JSC_PEER_TIMEOUT's default) and its client processes.
+PEER_TIMEOUT = float(variable("TORCHRUN_JSC_PEER_TIMEOUT").default)
+WATCH_PROCESSES = 4
+#: The shortest span that sees the lost node declared: its loss, the timeout, two beats.
+LONGEST = LOSE_AFTER + PEER_TIMEOUT + 10
 #: torch's warning when a keep-alive did not land within its heartbeat deadline.
 FAILED = "failed to send a keep-alive heartbeat"
 
@@ -64,7 +72,6 @@ class Warnings(logging.Handler):
 
 def install_backoff() -> None:
     """This checkout's ``backoff`` patch with the plan's parameters for torch's default interval."""
-    sys.path.insert(0, str(ROOT / "src"))
     from torchrun_jsc.patches import backoff, install, params
     from torchrun_jsc.torch_defaults import KEEP_ALIVE_INTERVAL
 
@@ -153,8 +160,9 @@ def formed_round(nodes: List[List[Any]]) -> bytes:
     return pickle.dumps(state)
 
 
-def run(nodes: int, processes: int, seconds: float, mode: str) -> Dict[str, Any]:
-    """``seconds`` of steady state of ``nodes`` simulated nodes; its figures."""
+def run(nodes: int, processes: int, seconds: float, mode: str, watch: bool) -> Dict[str, Any]:
+    """``seconds`` of steady state of ``nodes`` simulated nodes; its figures. ``watch``: the
+    job watch's beats and scans on the same store too, with one node lost."""
     import psutil
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
@@ -176,6 +184,10 @@ def run(nodes: int, processes: int, seconds: float, mode: str) -> Dict[str, Any]
     control = tcp_store("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
     backend = C10dRendezvousBackend(control, RUN_ID)
     assert backend.set_state(formed_round(descs)) is not None
+    beats = None
+    if watch:  # ends on its own, after the measured span
+        span = seconds + KEEP_ALIVE_INTERVAL + 5
+        beats = Watch(port, nodes, span, PEER_TIMEOUT, WATCH_PROCESSES, lose=True)
     control.set("bench/go", "1")
     time.sleep(KEEP_ALIVE_INTERVAL)  # warm-up: every node's first keep-alive is due after it
     server_proc = psutil.Process(server.pid)
@@ -203,6 +215,7 @@ def run(nodes: int, processes: int, seconds: float, mode: str) -> Dict[str, Any]
         out, _ = child.communicate(timeout=600)
         for key, value in json.loads(out.strip().splitlines()[-1]).items():
             counts[key] += value
+    watched = beats.end() if beats else {}
     server.kill()
     server.wait()
     span = t1 - t0
@@ -221,6 +234,9 @@ def run(nodes: int, processes: int, seconds: float, mode: str) -> Dict[str, Any]
         "oldest_heartbeat_s": round(oldest, 1),
         "expiry_s": expiry,
         "live_nodes_removed": nodes - fewest,
+        "beats_per_s": watched.get("heartbeat_ops_per_s", "--"),
+        "false_alarms": watched.get("false_alarms", "--"),
+        "detected_after_s": watched.get("detected_after_s", "--"),
     }
 
 
@@ -237,6 +253,12 @@ COLUMNS = [
     ("failed_keep_alives", "failed keep-alives"),
     ("oldest_heartbeat_s", "oldest heartbeat (s)"),
     ("live_nodes_removed", "live nodes removed"),
+]
+#: With ``--watch``: the job watch's figures.
+WATCH_COLUMNS = [
+    ("beats_per_s", "job watch beats (/s)"),
+    ("false_alarms", "others declared lost"),
+    ("detected_after_s", "lost node declared after (s)"),
 ]
 
 
@@ -255,14 +277,21 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=60.0, help="measured, after a warm-up")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="the job watch on the same store too (heartbeat_load.py's beaters and watcher),"
+        f" one node lost; needs --seconds of at least {LONGEST:g}",
+    )
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
+    if args.watch and args.seconds < LONGEST:
+        parser.error(f"--watch needs --seconds of at least {LONGEST:g}, got {args.seconds:g}")
     isolate("scale_steady.py")
-    sys.path.insert(0, str(ROOT / "src"))
     rows = []
     for n in args.nodes:
         for mode in args.modes:  # paired: both modes at one size, one after the other
-            row = run(n, args.processes, args.seconds, mode)
+            row = run(n, args.processes, args.seconds, mode, args.watch)
             print(json.dumps(row), flush=True)
             rows.append(row)
     growth = "; ".join(
@@ -279,7 +308,7 @@ def main() -> None:
         f" per size after one keep-alive interval; the expiry is {rows[0]['expiry_s']} s."
         f" Growth with N (least-squares fit over these rows): {growth}.\n"
     )
-    lines = table(rows, COLUMNS)
+    lines = table(rows, COLUMNS + (WATCH_COLUMNS if args.watch else []))
     print("\n".join(lines) + note)
     if args.record:
         record(
