@@ -13,6 +13,7 @@ from typing import Optional, Union
 import pytest
 
 from tests.cluster.harness import Cluster, Result, split_labeled, tail
+from tests.cluster.system import crash_dump
 
 #: A scenario the matrix runs per release and CI leaves out, for CI's 20 minutes: a variant of
 #: one CI runs, or a mechanism CI proves with another scenario (docs/testing.md lists them).
@@ -102,6 +103,9 @@ def describe(outputs: Outputs, lines: int = 25) -> str:
     elif not isinstance(outputs, Mapping):
         parts += [f"{r.name}: rc={r.returncode} timed_out={r.timed_out}" for r in outputs]
     for name, text in outputs_by_node(outputs).items():
+        dump = crash_dump(text)
+        if dump:
+            parts.append(f"----- {name} (its crash, as faulthandler wrote it)\n{dump}")
         parts.append(f"----- {name} (last {lines} lines)\n{tail(text, lines)}")
     return "\n".join(parts)
 

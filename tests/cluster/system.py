@@ -76,6 +76,16 @@ def tail(text: str, lines: int = 25) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-lines:])
 
 
+def crash_dump(text: str, lines: int = 40) -> str:
+    """The first ``lines`` lines of the first fatal-error dump (Python's faulthandler) in
+    ``text``, which names the crashed thread first; empty when there is none."""
+    found = text.splitlines()
+    for i, line in enumerate(found):
+        if "Fatal Python error" in line:
+            return "\n".join(found[i : i + lines])
+    return ""
+
+
 def _stat_fields(pid: int) -> list[str]:
     """Fields of /proc/<pid>/stat after the command name (state first); OSError if gone."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
