@@ -4,10 +4,12 @@ network namespace of their own."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import resource
 import subprocess
 import sys
+from typing import Any, Dict
 
 SERVER = """
 import datetime, sys, time
@@ -63,3 +65,11 @@ def isolate(name: str) -> None:
     os.environ["TRJSC_BENCH_NETNS"] = "1"
     script = 'ip link set lo up && exec "$@"'
     os.execvp("unshare", ["unshare", "-n", "sh", "-c", script, "sh", sys.executable, *sys.argv])
+
+
+def loopback_addr(from_backend: Any) -> Dict[str, Any]:
+    """``local_addr="127.0.0.1"`` for torch's ``DynamicRendezvousHandler.from_backend`` where it
+    takes one (torch 2.0 and later); nothing before, where the node's address is its FQDN."""
+    if "local_addr" in inspect.signature(from_backend).parameters:
+        return {"local_addr": "127.0.0.1"}
+    return {}

@@ -46,7 +46,13 @@ from typing import Any, Callable, Dict, List, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from loopback import isolate, raise_open_files, start_clients, start_server  # noqa: E402
+from loopback import (  # noqa: E402
+    isolate,
+    loopback_addr,
+    raise_open_files,
+    start_clients,
+    start_server,
+)
 from record import record  # noqa: E402
 
 #: The round's key prefix (the run id).
@@ -140,7 +146,7 @@ def agents(port: int, first: int, count: int, nodes: int, join: float, mode: str
             backend,
             min_nodes=nodes,
             max_nodes=nodes,
-            local_addr="127.0.0.1",  # unique all the same: torch adds the pid and a counter
+            **loopback_addr(DynamicRendezvousHandler.from_backend),  # torch adds pid, counter
             timeout=RendezvousTimeout(join=wait, close=wait),
         )
         ready.wait()

@@ -43,7 +43,13 @@ sys.path.insert(0, str(ROOT / "src"))  # this checkout's torchrun_jsc, not an in
 sys.path.insert(0, str(ROOT / "bench"))
 
 from heartbeat_load import LOSE_AFTER, Watch  # noqa: E402
-from loopback import isolate, raise_open_files, start_clients, start_server  # noqa: E402
+from loopback import (  # noqa: E402
+    isolate,
+    loopback_addr,
+    raise_open_files,
+    start_clients,
+    start_server,
+)
 from record import record  # noqa: E402
 from scale_first_round import RUN_ID, Counted, exponent, table, torch_release  # noqa: E402
 from torchrun_jsc.settings.table import variable  # noqa: E402
@@ -116,7 +122,12 @@ def agents(port: int, first: int, count: int, nodes: int, mode: str) -> None:
         backend = C10dRendezvousBackend(counted, RUN_ID)  # type: ignore[arg-type]
         handlers.append(
             dr.DynamicRendezvousHandler.from_backend(
-                RUN_ID, store, backend, min_nodes=nodes, max_nodes=nodes, local_addr="127.0.0.1"
+                RUN_ID,
+                store,
+                backend,
+                min_nodes=nodes,
+                max_nodes=nodes,
+                **loopback_addr(dr.DynamicRendezvousHandler.from_backend),
             )
         )
         counters.append(counted)
