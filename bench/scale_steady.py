@@ -19,6 +19,13 @@ a second, the oldest heartbeat's age and the fewest participants seen: a live no
 heartbeat grew older than the expiry (``keep_alive_interval`` times ``keep_alive_max_attempt``,
 15 s) is removed by torch's sanitize, which no node of a job can tell from a lost one.
 
+What the two shared cores change: the nodes' timers start together, as after a real round, so
+their keep-alives come in a herd, and every loser decodes the blob it got back before it tries
+again. Real nodes decode in parallel, each on its own CPU; here the decodes of a herd run one
+after the other, so a herd takes about N times one try's CPU over the cores instead of about one
+try's time. The contention measured is an upper bound of what N real nodes see; the
+machine-independent bound is ``scale_first_round.py --state-cost``.
+
 The job watch's own beats are measured by heartbeat_load.py. Runs in a network namespace of its
 own (``unshare -n``, loopback up). Needs root. Prints; ``--record`` writes the table into
 docs/benchmarks.md (section scale-steady-state).
