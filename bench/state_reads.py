@@ -212,6 +212,7 @@ def main() -> None:
     lines = table(rows, COLUMNS)
     print("\n".join(lines) + note)
     if args.record:
+        plot(rows, PLOT)
         record("scale-state-reads", "\n".join(lines) + "\n" + note, ROOT / "docs" / "benchmarks.md")
 
 
