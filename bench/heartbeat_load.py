@@ -16,7 +16,8 @@ It runs in a network namespace of its own (``unshare -n``, loopback up, no DNS s
 TCPStore looks up the peer's name for every connection, and a resolver that answers slowly (this
 test machine's answers about five a second) would otherwise be what is measured. Needs root.
 
-Prints; ``--record`` writes the table into docs/benchmarks.md (section heartbeat-load).
+Prints; ``--record`` writes the table into docs/benchmarks.md (section heartbeat-load, or
+lost-node-detection with ``--lose``).
 """
 
 from __future__ import annotations
@@ -153,7 +154,9 @@ class Watch:
             **(
                 {
                     "false_alarms": len(set(declared) - {f"n{self.lost_node}"}),
-                    "detected_after_s": None if found is None else round(found - stopped, 1),
+                    "detected_after_s": (
+                        None if found is None or stopped is None else round(found - stopped, 1)
+                    ),
                 }
                 if self.lose
                 else {}
@@ -210,6 +213,13 @@ def main() -> None:
         port, nodes, seconds, timeout = args.watch
         watch(int(port), int(nodes), float(seconds), float(timeout))
         return
+    if args.lose:
+        least = LOSE_AFTER + args.timeout + 2 * heartbeats.interval_for(args.timeout)
+        if args.seconds < least:
+            parser.error(
+                f"--lose needs --seconds of at least {least:g} (the loss, the timeout and two"
+                f" beats), got {args.seconds:g}"
+            )
     isolate("heartbeat_load.py")
     raise_open_files()
     rows = [run(n, args.seconds, args.timeout, args.processes, args.lose) for n in args.nodes]

@@ -6,10 +6,11 @@ host), and per simulated node torch's own ``DynamicRendezvousHandler`` with the 
 it, with ``--nnodes=N`` (min = max = N). What is simulated: the nodes are threads, spread over a
 few client processes (``--processes``), all on this machine's cores, with no workers; each
 node's address is loopback (``local_addr``; torch's node id adds the pid and a counter), so no
-name is looked up. Each size runs twice, one after the other: plain torch, and torch with the
-two patches of this checkout that act in this round, ``backoff`` and ``rank_order``, installed
-with the parameters the plan gives them (``--modes``). torchrun_jsc's job watch is not in this
-round: the agent starts it after the rendezvous.
+name is looked up; on torch 1.13, whose handler takes no ``local_addr``, it is the FQDN torch
+looks up once per process. Each size runs twice, one after the other: plain torch, and torch
+with the two patches of this checkout that act in this round, ``backoff`` and ``rank_order``,
+installed with the parameters the plan gives them (``--modes``). torchrun_jsc's job watch is
+not in this round: the agent starts it after the rendezvous.
 
 Every rendezvous state operation goes through a counter in front of the backend's store: the
 ``compare_set`` tries (each an attempt to write the state blob), those that won (the state read
@@ -33,6 +34,7 @@ scale-first-round, or scale-state-cost) and the plot to docs/scale-first-round.p
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -63,7 +65,8 @@ MODES = ("torch", "torchrun_jsc")
 
 
 class Counted:
-    """The backend's store with its rendezvous-state operations counted."""
+    """The backend's store with its rendezvous-state operations counted; ``moved`` is the bytes
+    of state sent and received (a compare_set sends the expected blob and the new one)."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
@@ -81,7 +84,7 @@ class Counted:
             self.tries += 1
             self.won += int(found == wanted)
             self.blob = max(self.blob, len(found))
-            self.moved += len(wanted) + len(found)
+            self.moved += len(expected) + len(wanted) + len(found)
         return found
 
     def get(self, key: str) -> Any:
@@ -114,7 +117,6 @@ def agents(port: int, first: int, count: int, nodes: int, join: float, mode: str
     """Simulated nodes ``first .. first+count-1``, one thread each: connect, wait for the
     start, join the round; prints one JSON line with each node's time and rank and the counts.
     ``mode`` torchrun_jsc: its patches for this round installed first."""
-    import datetime
 
     if mode == "torchrun_jsc":
         install_patches(first)
@@ -182,7 +184,6 @@ def agents(port: int, first: int, count: int, nodes: int, join: float, mode: str
 
 def run(nodes: int, processes: int, join: float, mode: str) -> Dict[str, Any]:
     """One first round of ``nodes`` simulated nodes; its figures."""
-    import datetime
 
     import psutil
     import torch.distributed as dist
@@ -235,6 +236,20 @@ def torch_release() -> str:
     return str(torch.__version__).split("+")[0]
 
 
+def torch_now() -> datetime.datetime:
+    """Now, as torch's rendezvous stamps heartbeats: aware UTC from torch 2.6, naive UTC before
+    (torch compares them with its own clock, and the two kinds do not compare)."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    aware = datetime.datetime.now(datetime.timezone.utc)
+    return aware if hasattr(dr, "timezone") else aware.replace(tzinfo=None)
+
+
+def every(row: Dict[str, Any]) -> bool:
+    """Every row is a point of the fits."""
+    return True
+
+
 def formed(row: Dict[str, Any]) -> bool:
     """Whether the row's round formed (a round that never did is no point of a fit)."""
     return row["all_ranked_s"] is not None
@@ -278,7 +293,6 @@ def state_cost(sizes: List[int], repeat: int) -> Dict[str, Any]:
     it, and the answer decoded and unpickled; the median of ``repeat``; from it the shortest
     first round (N such writes one after the other) and the most keep-alives per second."""
     import base64
-    import datetime
     import pickle
 
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
@@ -288,7 +302,7 @@ def state_cost(sizes: List[int], repeat: int) -> Dict[str, Any]:
     rows = []
     for n in sizes:
         state = dr._RendezvousState()
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = torch_now()
         for i in range(n):
             node = dr._NodeDesc(f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}", 4000 + i, 1 << 16)
             state.participants[node] = i

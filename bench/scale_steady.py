@@ -58,7 +58,15 @@ from loopback import (  # noqa: E402
     start_server,
 )
 from record import record  # noqa: E402
-from scale_first_round import RUN_ID, Counted, exponent, table, torch_release  # noqa: E402
+from scale_first_round import (  # noqa: E402
+    RUN_ID,
+    Counted,
+    every,
+    exponent,
+    table,
+    torch_now,
+    torch_release,
+)
 from torchrun_jsc.settings.table import variable  # noqa: E402
 
 MODES = ("torch", "torchrun_jsc")
@@ -95,6 +103,7 @@ def install_backoff() -> None:
 
 
 def totals(counters: List[Counted], warnings: Warnings) -> Dict[str, int]:
+    """The counters' sums and the failed keep-alives, as the process reports them."""
     return {
         "tries": sum(c.tries for c in counters),
         "won": sum(c.won for c in counters),
@@ -104,10 +113,11 @@ def totals(counters: List[Counted], warnings: Warnings) -> Dict[str, int]:
     }
 
 
-def agents(port: int, first: int, count: int, nodes: int, mode: str) -> None:
+def agents(port: int, first: int, count: int, nodes: int, mode: str, seconds: float) -> None:
     """Simulated nodes ``first .. first+count-1``: a handler each; prints ``ready``, then the
     handlers' node descriptions, and after ``bench/go`` starts their heartbeats; prints the
-    counts at ``bench/from`` and ``bench/stop``."""
+    counts at ``bench/from`` and ``bench/stop`` (waited for at most ``seconds`` and ten
+    minutes)."""
     if mode == "torchrun_jsc":
         install_backoff()
 
@@ -121,7 +131,7 @@ def agents(port: int, first: int, count: int, nodes: int, mode: str) -> None:
     warnings = Warnings()
     logging.getLogger(dr.__name__).addHandler(warnings)
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for mypy
-    wait = datetime.timedelta(seconds=600)
+    wait = datetime.timedelta(seconds=seconds + 600)
     handlers, counters = [], []
     for _ in range(count):
         store = tcp_store("127.0.0.1", port, is_master=False, timeout=wait)
@@ -170,7 +180,7 @@ def formed_round(nodes: List[List[Any]]) -> bytes:
     state = dr._RendezvousState()
     state.round = 1
     state.complete = True
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = torch_now()
     for rank, (addr, pid, local_id) in enumerate(nodes):
         node = dr._NodeDesc(addr, pid, local_id)
         state.participants[node] = rank
@@ -191,7 +201,7 @@ def run(nodes: int, processes: int, seconds: float, mode: str, watch: bool) -> D
 
     server, port = start_server(seconds + 600, timeout=600)
     me = str(Path(__file__).resolve())
-    children = start_clients(me, "--agents", port, nodes, processes, nodes, mode)
+    children = start_clients(me, "--agents", port, nodes, processes, nodes, mode, seconds)
     descs: List[List[Any]] = []
     for child in children:
         assert child.stdout is not None
@@ -201,11 +211,12 @@ def run(nodes: int, processes: int, seconds: float, mode: str, watch: bool) -> D
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for mypy
     control = tcp_store("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
     backend = C10dRendezvousBackend(control, RUN_ID)
-    assert backend.set_state(formed_round(descs)) is not None
     beats = None
     if watch:  # ends on its own, after the measured span
         span = seconds + KEEP_ALIVE_INTERVAL + 5
         beats = Watch(port, nodes, span, PEER_TIMEOUT, WATCH_PROCESSES, lose=True)
+    # the round's heartbeats are stamped now, when the nodes start theirs
+    assert backend.set_state(formed_round(descs)) is not None
     control.set("bench/go", "1")
     time.sleep(KEEP_ALIVE_INTERVAL)  # warm-up: every node's first keep-alive is due after it
     server_proc = psutil.Process(server.pid)
@@ -221,7 +232,7 @@ def run(nodes: int, processes: int, seconds: float, mode: str, watch: bool) -> D
         got = backend.get_state()
         assert got is not None
         state = pickle.loads(got[0])
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = torch_now()
         ages = [(now - beat).total_seconds() for beat in state.last_heartbeats.values()]
         oldest = max([oldest, *ages])
         fewest = min(fewest, len(state.participants))
@@ -280,15 +291,10 @@ WATCH_COLUMNS = [
 ]
 
 
-def every(row: Dict[str, Any]) -> bool:
-    """Every row is a point of the fits."""
-    return True
-
-
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--agents":
         port, first, count, nodes = (int(x) for x in sys.argv[2:6])
-        agents(port, first, count, nodes, sys.argv[6])
+        agents(port, first, count, nodes, sys.argv[6], float(sys.argv[7]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[64, 256, 1024])

@@ -105,7 +105,7 @@ def describe(outputs: Outputs, lines: int = 25) -> str:
     for name, text in outputs_by_node(outputs).items():
         dump = crash_dump(text)
         if dump:
-            parts.append(f"----- {name} (its crash, as faulthandler wrote it)\n{dump}")
+            parts.append(f"----- {name} (its crash: the header and the crashed thread)\n{dump}")
         parts.append(f"----- {name} (last {lines} lines)\n{tail(text, lines)}")
     return "\n".join(parts)
 

@@ -77,13 +77,30 @@ def tail(text: str, lines: int = 25) -> str:
 
 
 def crash_dump(text: str, lines: int = 40) -> str:
-    """The first ``lines`` lines of the first fatal-error dump (Python's faulthandler) in
-    ``text``, which names the crashed thread first; empty when there is none."""
+    """The first fatal-error dump (Python's faulthandler) in ``text``: its header and the
+    crashed thread's stack (``Current thread ...``, wherever faulthandler listed it among the
+    threads), at most ``lines`` lines; the header and the lines after it when no thread is
+    marked current (a thread Python does not know crashed); empty when there is no dump."""
     found = text.splitlines()
-    for i, line in enumerate(found):
-        if "Fatal Python error" in line:
-            return "\n".join(found[i : i + lines])
-    return ""
+    start = next((i for i, line in enumerate(found) if "Fatal Python error" in line), None)
+    if start is None:
+        return ""
+    header = []
+    for line in found[start:]:
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            break
+        header.append(line)
+    current = next(
+        (i for i in range(start, len(found)) if found[i].startswith("Current thread 0x")), None
+    )
+    if current is None:
+        return "\n".join(found[start : start + lines])
+    stack = [found[current]]
+    for line in found[current + 1 :]:
+        if not line.startswith("  "):
+            break
+        stack.append(line)
+    return "\n".join((header + stack)[:lines])
 
 
 def _stat_fields(pid: int) -> list[str]:

@@ -6,12 +6,21 @@ import pytest
 
 from tests.cluster.system import crash_dump
 
-DUMP = """\
-Fatal Python error: Segmentation fault
-
-Current thread 0x00007fb5 (most recent call first):
+HEADER = "Fatal Python error: Segmentation fault\n"
+OTHER = """\
+Thread 0x00007fb5fb1fb6c0 (most recent call first):
+  File "/x/early_stop.py", line 206 in _read
+  File "/x/threading.py", line 975 in run
+"""
+CRASHED = """\
+Current thread 0x00007fb5aa000000 (most recent call first):
   File "/x/dynamic_rendezvous.py", line 43 in get_method_name
-  File "/x/threading.py", line 995 in _bootstrap"""
+  File "/x/threading.py", line 995 in _bootstrap
+"""
+MAIN = """\
+Thread 0x00007fb5fb8c8040 (most recent call first):
+  File "/x/api.py", line 850 in _invoke_run
+"""
 
 
 @pytest.mark.parametrize(
@@ -19,17 +28,21 @@ Current thread 0x00007fb5 (most recent call first):
     [
         ("", ""),
         ("a line\nanother\n", ""),
-        ("before\n" + DUMP + "\nafter", DUMP + "\nafter"),
-        ("0: " + DUMP, "0: " + DUMP),
+        # the crashed thread among others: the header and its stack only
+        (
+            "before\n" + HEADER + "\n" + OTHER + "\n" + CRASHED + "\n" + MAIN + "after\n",
+            HEADER + "\n" + CRASHED.rstrip("\n"),
+        ),
+        ("before\n" + HEADER + "\n" + CRASHED + "\n" + MAIN, HEADER + "\n" + CRASHED.rstrip("\n")),
+        # no thread marked current: the header and what follows
+        (HEADER + "\n" + OTHER, HEADER + "\n" + OTHER.rstrip("\n")),
     ],
 )
-def test_the_dump_is_cut_from_its_header(text: str, expected: str) -> None:
+def test_the_dump_keeps_the_header_and_the_crashed_thread(text: str, expected: str) -> None:
     assert crash_dump(text) == expected
 
 
-def test_only_the_first_lines_of_a_long_dump() -> None:
-    text = DUMP + "\n" + "\n".join(f"line {i}" for i in range(100))
-    got = crash_dump(text, lines=6)
-    assert got.splitlines()[0] == "Fatal Python error: Segmentation fault"
-    assert got.splitlines()[-1] == "line 0"
-    assert len(got.splitlines()) == 6
+def test_at_most_the_given_lines() -> None:
+    text = HEADER + "\n" + OTHER + "\n" + CRASHED
+    got = crash_dump(text, lines=3).splitlines()
+    assert got == ["Fatal Python error: Segmentation fault", "", CRASHED.splitlines()[0]]
