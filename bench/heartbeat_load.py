@@ -43,6 +43,11 @@ from torchrun_jsc.runtime.watch import heartbeats  # noqa: E402
 LOSE_AFTER = 10.0
 
 
+def lose_span(timeout: float) -> float:
+    """The shortest span that sees the lost node declared: its loss, the timeout, two beats."""
+    return LOSE_AFTER + timeout + 2 * heartbeats.interval_for(timeout)
+
+
 def beat(port: int, first: int, count: int, seconds: float, timeout: float, lose: int) -> None:
     """Simulated agents ``first .. first+count-1``: one JobStore each, beating in turn. Node
     ``lose`` (when it is one of them) stops beating after :data:`LOSE_AFTER` seconds, as a node
@@ -214,7 +219,7 @@ def main() -> None:
         watch(int(port), int(nodes), float(seconds), float(timeout))
         return
     if args.lose:
-        least = LOSE_AFTER + args.timeout + 2 * heartbeats.interval_for(args.timeout)
+        least = lose_span(args.timeout)
         if args.seconds < least:
             parser.error(
                 f"--lose needs --seconds of at least {least:g} (the loss, the timeout and two"

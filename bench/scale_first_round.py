@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -137,6 +137,7 @@ def agents(port: int, first: int, count: int, nodes: int, join: float, mode: str
     counters: List[Counted] = []
     lock = threading.Lock()
     ready = threading.Barrier(count + 1)
+    addr = loopback_addr(DynamicRendezvousHandler.from_backend)
 
     def node(index: int) -> None:
         store = tcp_store("127.0.0.1", port, is_master=False, timeout=wait)
@@ -148,7 +149,7 @@ def agents(port: int, first: int, count: int, nodes: int, join: float, mode: str
             backend,
             min_nodes=nodes,
             max_nodes=nodes,
-            **loopback_addr(DynamicRendezvousHandler.from_backend),  # torch adds pid, counter
+            **addr,  # torch adds the pid and a counter
             timeout=RendezvousTimeout(join=wait, close=wait),
         )
         ready.wait()
@@ -245,6 +246,27 @@ def torch_now() -> datetime.datetime:
     return aware if hasattr(dr, "timezone") else aware.replace(tzinfo=None)
 
 
+def made_up_nodes(count: int) -> List[Tuple[str, int, int]]:
+    """``count`` distinct node descriptions (address, pid, local id), as torch's have them."""
+    return [(f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}", 4000 + i, 1 << 16) for i in range(count)]
+
+
+def round_state(nodes: Sequence[Sequence[Any]]) -> Any:
+    """torch's rendezvous state after a complete first round of these nodes (address, pid,
+    local id; ranks in this order), every heartbeat stamped now."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    state = dr._RendezvousState()
+    state.round = 1
+    state.complete = True
+    now = torch_now()
+    for rank, (addr, pid, local_id) in enumerate(nodes):
+        node = dr._NodeDesc(addr, pid, local_id)
+        state.participants[node] = rank
+        state.last_heartbeats[node] = now
+    return state
+
+
 def every(row: Dict[str, Any]) -> bool:
     """Every row is a point of the fits."""
     return True
@@ -295,18 +317,11 @@ def state_cost(sizes: List[int], repeat: int) -> Dict[str, Any]:
     import base64
     import pickle
 
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
-
     from torchrun_jsc.torch_defaults import KEEP_ALIVE_INTERVAL
 
     rows = []
     for n in sizes:
-        state = dr._RendezvousState()
-        now = torch_now()
-        for i in range(n):
-            node = dr._NodeDesc(f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}", 4000 + i, 1 << 16)
-            state.participants[node] = i
-            state.last_heartbeats[node] = now
+        state = round_state(made_up_nodes(n))
         blob = base64.b64encode(pickle.dumps(state))
         took = []
         for _ in range(repeat):

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # this checkout's torchrun_jsc, not an installed one
 sys.path.insert(0, str(ROOT / "bench"))
 
-from heartbeat_load import LOSE_AFTER, Watch  # noqa: E402
+from heartbeat_load import Watch, lose_span  # noqa: E402
 from loopback import (  # noqa: E402
     isolate,
     loopback_addr,
@@ -63,6 +63,7 @@ from scale_first_round import (  # noqa: E402
     Counted,
     every,
     exponent,
+    round_state,
     table,
     torch_now,
     torch_release,
@@ -73,8 +74,8 @@ MODES = ("torch", "torchrun_jsc")
 #: The job watch's peer timeout (TORCHRUN_JSC_PEER_TIMEOUT's default) and its client processes.
 PEER_TIMEOUT = float(variable("TORCHRUN_JSC_PEER_TIMEOUT").default)
 WATCH_PROCESSES = 4
-#: The shortest span that sees the lost node declared: its loss, the timeout, two beats.
-LONGEST = LOSE_AFTER + PEER_TIMEOUT + 10
+#: The shortest span that sees the lost node declared.
+SHORTEST_WATCH = lose_span(PEER_TIMEOUT)
 #: torch's warning when a keep-alive did not land within its heartbeat deadline.
 FAILED = "failed to send a keep-alive heartbeat"
 
@@ -133,6 +134,7 @@ def agents(port: int, first: int, count: int, nodes: int, mode: str, seconds: fl
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for mypy
     wait = datetime.timedelta(seconds=seconds + 600)
     handlers, counters = [], []
+    addr = loopback_addr(dr.DynamicRendezvousHandler.from_backend)
     for _ in range(count):
         store = tcp_store("127.0.0.1", port, is_master=False, timeout=wait)
         counted = Counted(store)
@@ -144,7 +146,7 @@ def agents(port: int, first: int, count: int, nodes: int, mode: str, seconds: fl
                 backend,
                 min_nodes=nodes,
                 max_nodes=nodes,
-                **loopback_addr(dr.DynamicRendezvousHandler.from_backend),
+                **addr,
             )
         )
         counters.append(counted)
@@ -174,18 +176,8 @@ def agents(port: int, first: int, count: int, nodes: int, mode: str, seconds: fl
 
 
 def formed_round(nodes: List[List[Any]]) -> bytes:
-    """torch's state of a formed, complete round of these nodes, every heartbeat now."""
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
-
-    state = dr._RendezvousState()
-    state.round = 1
-    state.complete = True
-    now = torch_now()
-    for rank, (addr, pid, local_id) in enumerate(nodes):
-        node = dr._NodeDesc(addr, pid, local_id)
-        state.participants[node] = rank
-        state.last_heartbeats[node] = now
-    return pickle.dumps(state)
+    """torch's state of a formed, complete round of these nodes, every heartbeat now, pickled."""
+    return pickle.dumps(round_state(nodes))
 
 
 def run(nodes: int, processes: int, seconds: float, mode: str, watch: bool) -> Dict[str, Any]:
@@ -305,12 +297,14 @@ def main() -> None:
         "--watch",
         action="store_true",
         help="the job watch on the same store too (heartbeat_load.py's beaters and watcher),"
-        f" one node lost; needs --seconds of at least {LONGEST:g}",
+        f" one node lost; needs --seconds of at least {SHORTEST_WATCH:g}",
     )
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
-    if args.watch and args.seconds < LONGEST:
-        parser.error(f"--watch needs --seconds of at least {LONGEST:g}, got {args.seconds:g}")
+    if args.watch and args.seconds < SHORTEST_WATCH:
+        parser.error(
+            f"--watch needs --seconds of at least {SHORTEST_WATCH:g}, got {args.seconds:g}"
+        )
     isolate("scale_steady.py")
     rows = []
     for n in args.nodes:

@@ -41,7 +41,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from loopback import isolate, raise_open_files, start_clients, start_server  # noqa: E402
 from record import record  # noqa: E402
-from scale_first_round import RUN_ID, every, exponent, table, torch_now, torch_release  # noqa: E402
+from scale_first_round import (  # noqa: E402
+    RUN_ID,
+    every,
+    exponent,
+    made_up_nodes,
+    round_state,
+    table,
+    torch_release,
+)
 
 #: torch's state cache in the rendezvous handler (s), the same on every release.
 CACHE_DURATION = 1.0
@@ -59,19 +67,6 @@ def read_every() -> float:
     """How often each agent reads the whole state: its monitor loop's interval, or the cache's
     lifetime when the loop asks more often."""
     return max(CACHE_DURATION, monitor_interval())
-
-
-def blob(nodes: int) -> bytes:
-    """Torch's rendezvous state after a round of ``nodes`` participants, pickled."""
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
-
-    state = dr._RendezvousState()
-    now = torch_now()
-    for i in range(nodes):
-        node = dr._NodeDesc(f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}", 4000 + i, 1 << 16)
-        state.participants[node] = i
-        state.last_heartbeats[node] = now
-    return pickle.dumps(state)
 
 
 def readers(port: int, first: int, count: int, seconds: float, key: str) -> None:
@@ -118,7 +113,7 @@ def run(nodes: int, processes: int, threads: int, seconds: float) -> Dict[str, A
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for mypy
     control = tcp_store("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
     backend = C10dRendezvousBackend(control, RUN_ID)
-    state = blob(nodes)
+    state = pickle.dumps(round_state(made_up_nodes(nodes)))
     assert backend.set_state(state) is not None
     key = backend._key
     stored = len(base64.b64encode(state))
