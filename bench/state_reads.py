@@ -12,7 +12,8 @@ What is real: torch's TCPStore server in its own process on loopback, the blob (
 rendezvous state with N participants, each with its heartbeat, stored by torch's c10d backend
 under its key), and torch's TCPStore clients reading it with ``get`` in a loop, threads over a
 few processes, enough to keep the server busy. What is projected: the reads N real agents ask
-for (N per second) and the server's CPU they need, from the server's measured CPU per read.
+for (one per agent and read interval) and the server's CPU they need, from the server's
+measured CPU per read.
 
 Columns: the blob's size, the reads and bytes asked per second, the reads served per second
 here (the clients share the two cores with the server: a lower bound), the server's CPU time
