@@ -70,6 +70,7 @@ from scale_first_round import (  # noqa: E402
     RUN_ID,
     Counted,
     exponent,
+    formed,
     install_patches,
     round_state,
     table,
@@ -304,6 +305,18 @@ COLUMNS = [
 ]
 #: The figures whose growth with N is fitted.
 GROWTH = ("compare_set_tries", "compare_set_won", "moved_mb")
+#: The release table: the round's main figures, per release (titles as in :data:`COLUMNS`).
+_RELEASE_KEYS = (
+    "mode",
+    "way",
+    "nodes",
+    "ranked",
+    "all_ranked_s",
+    "compare_set_tries",
+    "compare_set_won",
+    "moved_mb",
+)
+RELEASE_COLUMNS = [("torch", "torch")] + [c for c in COLUMNS if c[0] in _RELEASE_KEYS]
 
 
 def plot(rows: List[Dict[str, Any]], path: Path) -> None:
@@ -368,39 +381,85 @@ def main() -> None:
     )
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--plot", type=Path, help="write the plot here (matplotlib)")
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        nargs="+",
+        help="instead of a run: the table, fit and plot of the JSON rows these files hold",
+    )
+    parser.add_argument(
+        "--releases",
+        type=Path,
+        nargs="+",
+        help="instead of a run: one table of the JSON rows these files hold, per torch release",
+    )
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
-    if min(args.nodes) < 2:
-        parser.error(f"--nodes: a job of at least 2 nodes, not {min(args.nodes)}")
-    isolate("scale_recovery.py")
-    rows = []
-    for n in args.nodes:
-        for way in args.ways:
-            for mode in args.modes:  # paired: both modes at one size and way, one after the other
-                row = run(n, way, args.processes, args.join_timeout, args.last_call, mode)
-                print(json.dumps(row), flush=True)
-                rows.append(row)
-    growth = "; ".join(
-        f"{mode}, {way}: "
-        + ", ".join(
-            f"{title} ~ N^{exponent(mine, key):.2f}" for key, title in COLUMNS if key in GROWTH
-        )
-        for mode in args.modes
-        for way in args.ways
-        for mine in [[r for r in rows if r["mode"] == mode and r["way"] == way]]
-    )
-    note = (
-        f"\ntorch {torch_release()}, {args.processes} client processes, last call"
-        f" {args.last_call:g} s. Growth with N (least-squares fit over the rounds that formed):"
-        f" {growth}.\n"
-    )
+    if args.releases:
+        lines = table(read_rows(args.releases), RELEASE_COLUMNS)
+        print("\n".join(lines))
+        if args.record:
+            body = "\n".join(lines) + "\n"
+            record("scale-recovery-round-releases", body, ROOT / "docs" / "benchmarks.md")
+        return
+    if args.rows:
+        rows = read_rows(args.rows)
+    else:
+        if min(args.nodes) < 2:
+            parser.error(f"--nodes: a job of at least 2 nodes, not {min(args.nodes)}")
+        isolate("scale_recovery.py")
+        rows = []
+        for n in args.nodes:
+            for way in args.ways:
+                for mode in args.modes:  # paired: both modes at one size and way, in a row
+                    row = run(n, way, args.processes, args.join_timeout, args.last_call, mode)
+                    row.update(processes=args.processes, last_call=args.last_call)
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
     lines = table(rows, COLUMNS)
+    note = growth_note(rows)
     print("\n".join(lines) + note)
     if args.plot or args.record:
         plot(rows, args.plot or PLOT)
     if args.record:
         body = "\n".join(lines) + "\n" + note
         record("scale-recovery-round", body, ROOT / "docs" / "benchmarks.md")
+
+
+def read_rows(paths: List[Path]) -> List[Dict[str, Any]]:
+    """The JSON rows (lines starting with ``{``) of these files, in order."""
+    return [
+        json.loads(line)
+        for path in paths
+        for line in path.read_text().splitlines()
+        if line.startswith("{")
+    ]
+
+
+def growth_note(rows: List[Dict[str, Any]]) -> str:
+    """The rows' releases, client processes and last calls, and each mode and way's growth
+    with N, fitted over the rounds that formed."""
+    pairs = [
+        (m, w) for m in MODES for w in WAYS if any(r["mode"] == m and r["way"] == w for r in rows)
+    ]
+    growth = "; ".join(
+        f"{mode}, {way}: "
+        + ", ".join(
+            f"{title} ~ N^{exponent(mine, key):.2f}" for key, title in COLUMNS if key in GROWTH
+        )
+        + f" ({sum(1 for r in mine if formed(r))} sizes)"
+        for mode, way in pairs
+        for mine in [[r for r in rows if r["mode"] == mode and r["way"] == way]]
+    )
+
+    def said(key: str, unit: str = "") -> str:
+        return ", ".join(sorted({f"{r.get(key, '?')}{unit}" for r in rows}))
+
+    return (
+        f"\ntorch {said('torch')}, {said('processes')} client processes, last call"
+        f" {said('last_call', ' s')}. Growth with N (least-squares fit over the rounds that"
+        f" formed): {growth}.\n"
+    )
 
 
 if __name__ == "__main__":
