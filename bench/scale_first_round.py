@@ -246,6 +246,13 @@ def torch_now() -> datetime.datetime:
     return aware if hasattr(dr, "timezone") else aware.replace(tzinfo=None)
 
 
+def described(node: Any) -> List[Any]:
+    """A torch node description as (address, pid, local id), the order ``_NodeDesc`` takes
+    them in (the address is ``addr`` from torch 2.0, ``fqdn`` before)."""
+    addr = node.addr if hasattr(node, "addr") else node.fqdn
+    return [addr, node.pid, node.local_id]
+
+
 def made_up_nodes(count: int) -> List[Tuple[str, int, int]]:
     """``count`` distinct node descriptions (address, pid, local id), as torch's have them."""
     return [(f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}", 4000 + i, 1 << 16) for i in range(count)]

@@ -69,6 +69,7 @@ from scale_first_round import (  # noqa: E402
     MODES,
     RUN_ID,
     Counted,
+    described,
     exponent,
     formed,
     install_patches,
@@ -153,7 +154,7 @@ def agents(
         stores.append(store)
     control = tcp_store("127.0.0.1", port, is_master=False, timeout=wait)
     print("ready", flush=True)
-    me = [[h._this_node.addr, h._this_node.pid, h._this_node.local_id] for h in handlers]
+    me = [described(h._this_node) for h in handlers]
     print(json.dumps(me), flush=True)
     control.get("bench/seeded")
     for handler in handlers:  # the round before, as every node knows it (not counted)
@@ -219,71 +220,78 @@ def run(
 
     total, least, most = sizes(members, way)
     server, port = start_server(join + 900, timeout=join + 60)
-    me = str(Path(__file__).resolve())
-    extra = (members, way, join, last_call, mode)
-    children = start_clients(me, "--agents", port, total, processes, *extra)
-    descs: List[List[Any]] = []
-    for child in children:
-        assert child.stdout is not None
-        descs += json.loads(child.stdout.readline())
-    tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for mypy
-    control = tcp_store("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
-    backend = C10dRendezvousBackend(control, RUN_ID)
-    # what torch's sanitize leaves of round 1 once the last member's heartbeat expired
-    assert backend.set_state(pickle.dumps(round_state(descs[: members - 1]))) is not None
-    control.set("bench/seeded", "1")
-    for child in children:
-        assert child.stdout is not None and child.stdout.readline().strip() == "synced"
-    if way == "spare":  # the spare is in torch's wait list before the restart
-        deadline = time.monotonic() + SPARE_WAIT
-        while time.monotonic() < deadline:
-            got = backend.get_state()
-            assert got is not None
-            state = pickle.loads(got[0])
-            if state.wait_list or getattr(state, "redundancy_list", None):
-                break
-            time.sleep(0.2)
-        else:
-            raise SystemExit(f"the spare was not in torch's wait list after {SPARE_WAIT:.0f} s")
-    proc = psutil.Process(server.pid)
-    cpu0 = proc.cpu_times()
-    control.set("bench/go", repr(time.time()))
-    found: List[Dict[str, Any]] = []
-    tries = won = gets = blob = moved = 0
-    for child in children:
-        out, _ = child.communicate(timeout=join + 600)
-        report = json.loads(out.strip().splitlines()[-1])
-        found += report["nodes"]
-        tries, won, gets = tries + report["tries"], won + report["won"], gets + report["gets"]
-        blob = max(blob, report["blob"])
-        moved += report["moved"]
-    cpu1 = proc.cpu_times()
-    server.kill()
-    server.wait()
-    size = least if way == "shrink" else most
-    ranked = [r for r in found if r["rank"] is not None]
-    times = sorted(r["s"] for r in ranked) or [math.nan]
-    assert len(found) == total - 1, (len(found), total)
-    assert sorted(r["rank"] for r in ranked) in ([], list(range(size))), "ranks"
-    assert all(r["round"] == 2 for r in ranked), "the next round is torch's round 2"
-    return {
-        "torch": torch_release(),
-        "mode": mode,
-        "way": way,
-        "nodes": members,
-        "next_round": size,
-        "ranked": len(ranked),
-        "all_ranked_s": round(times[-1], 2) if len(ranked) == size else None,
-        "median_s": round(statistics.median(times), 2),
-        "compare_set_tries": tries,
-        "compare_set_won": won,
-        "retries_per_node": round((tries - won) / size, 1),
-        "gets": gets,
-        "ops_per_node": round((tries + gets) / size, 1),
-        "state_bytes": blob,
-        "moved_mb": round(moved / 1e6, 1),
-        "server_cpu_s": round((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), 2),
-    }
+    children: List[Any] = []
+    try:  # the server and the clients end with the run, also when it fails
+        me = str(Path(__file__).resolve())
+        extra = (members, way, join, last_call, mode)
+        children += start_clients(me, "--agents", port, total, processes, *extra)
+        descs: List[List[Any]] = []
+        for child in children:
+            assert child.stdout is not None
+            descs += json.loads(child.stdout.readline())
+        tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for mypy
+        control = tcp_store(
+            "127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60)
+        )
+        backend = C10dRendezvousBackend(control, RUN_ID)
+        # what torch's sanitize leaves of round 1 once the last member's heartbeat expired
+        assert backend.set_state(pickle.dumps(round_state(descs[: members - 1]))) is not None
+        control.set("bench/seeded", "1")
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "synced"
+        if way == "spare":  # the spare is in torch's wait list before the restart
+            deadline = time.monotonic() + SPARE_WAIT
+            while time.monotonic() < deadline:
+                got = backend.get_state()
+                assert got is not None
+                state = pickle.loads(got[0])
+                if state.wait_list or getattr(state, "redundancy_list", None):
+                    break
+                time.sleep(0.2)
+            else:
+                raise SystemExit(f"the spare was not in torch's wait list after {SPARE_WAIT:.0f} s")
+        served = psutil.Process(server.pid)
+        cpu0 = served.cpu_times()
+        control.set("bench/go", repr(time.time()))
+        found: List[Dict[str, Any]] = []
+        tries = won = gets = blob = moved = 0
+        for child in children:
+            out, _ = child.communicate(timeout=join + 600)
+            report = json.loads(out.strip().splitlines()[-1])
+            found += report["nodes"]
+            tries, won, gets = tries + report["tries"], won + report["won"], gets + report["gets"]
+            blob = max(blob, report["blob"])
+            moved += report["moved"]
+        cpu1 = served.cpu_times()
+        server.kill()
+        server.wait()
+        size = least if way == "shrink" else most
+        ranked = [r for r in found if r["rank"] is not None]
+        times = sorted(r["s"] for r in ranked) or [math.nan]
+        assert len(found) == total - 1, (len(found), total)
+        assert sorted(r["rank"] for r in ranked) in ([], list(range(size))), "ranks"
+        assert all(r["round"] == 2 for r in ranked), "the next round is torch's round 2"
+        return {
+            "torch": torch_release(),
+            "mode": mode,
+            "way": way,
+            "nodes": members,
+            "next_round": size,
+            "ranked": len(ranked),
+            "all_ranked_s": round(times[-1], 2) if len(ranked) == size else None,
+            "median_s": round(statistics.median(times), 2),
+            "compare_set_tries": tries,
+            "compare_set_won": won,
+            "retries_per_node": round((tries - won) / size, 1),
+            "gets": gets,
+            "ops_per_node": round((tries + gets) / size, 1),
+            "state_bytes": blob,
+            "moved_mb": round(moved / 1e6, 1),
+            "server_cpu_s": round((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), 2),
+        }
+    finally:
+        for proc in (server, *children):
+            proc.kill()
 
 
 COLUMNS = [

@@ -61,6 +61,7 @@ from record import record  # noqa: E402
 from scale_first_round import (  # noqa: E402
     RUN_ID,
     Counted,
+    described,
     every,
     exponent,
     round_state,
@@ -152,7 +153,7 @@ def agents(port: int, first: int, count: int, nodes: int, mode: str, seconds: fl
         counters.append(counted)
     control = tcp_store("127.0.0.1", port, is_master=False, timeout=wait)
     print("ready", flush=True)
-    me = [[h._this_node.addr, h._this_node.pid, h._this_node.local_id] for h in handlers]
+    me = [described(h._this_node) for h in handlers]
     settings = handlers[0]._settings
     expiry = settings.keep_alive_interval.total_seconds() * settings.keep_alive_max_attempt
     print(json.dumps({"nodes": me, "expiry": expiry}), flush=True)
