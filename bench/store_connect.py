@@ -1,0 +1,185 @@
+"""Benchmark: many store clients connecting to a fresh TCPStore at once, as after a handover.
+
+After a lost rendezvous host every other node starts its agent again and connects to the next
+host's new store at about the same moment (torchrun_jsc's failover); at a job's start the nodes
+connect to the first host's store the same way. What is real: torch's ``TCPStore`` server in its
+own process on loopback, as the rendezvous host runs it (its default backend for the release:
+libuv from torch 2.4), and torch's ``TCPStore`` client, one per simulated node, each followed by
+one ``get`` of a key the bench set (the client's first answer). What is simulated: the nodes are
+threads over several client processes (``--processes``), released together by one line on
+their standard input; the time counts from that release until each client has its answer. A
+client that has none within ``--timeout`` counts as failed, and so does every client of a
+client process that died (counted too).
+
+Runs in a network namespace of its own (``unshare -n``, loopback up). Needs root. Prints;
+``--record`` writes the table into docs/benchmarks.md (section store-connect).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from loopback import isolate, raise_open_files, start_server  # noqa: E402
+from record import record  # noqa: E402
+from scale_first_round import table, torch_release  # noqa: E402
+
+
+def clients(port: int, count: int, timeout: float) -> None:
+    """``count`` clients, one thread each: after ``go`` on standard input each connects and
+    reads ``bench/key``; prints the seconds each took from the release (None: no answer)."""
+    import torch.distributed as dist
+
+    raise_open_files()
+    tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for mypy
+    wait = datetime.timedelta(seconds=timeout)
+    release = threading.Event()
+    took: List[Any] = []
+    lock = threading.Lock()
+    start = [0.0]
+
+    def client() -> None:
+        release.wait()
+        try:
+            store = tcp_store("127.0.0.1", port, is_master=False, timeout=wait)
+            store.get("bench/key")
+            seconds: Any = time.monotonic() - start[0]
+        except Exception:  # no answer within the timeout
+            seconds = None
+        with lock:
+            took.append(seconds)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    start[0] = time.monotonic()
+    release.set()
+    for thread in threads:
+        thread.join()
+    print(json.dumps(took), flush=True)
+    os._exit(0)  # the clients' connections end with the process
+
+
+def run(nodes: int, processes: int, timeout: float) -> Dict[str, Any]:
+    """``nodes`` clients connecting at once to a fresh store; the times until each had its
+    first answer."""
+    import psutil
+    import torch.distributed as dist
+
+    server, port = start_server(timeout + 600, timeout=timeout)
+    children: List[subprocess.Popen[str]] = []
+    try:
+        tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for mypy
+        control = tcp_store(
+            "127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60)
+        )
+        control.set("bench/key", "1")
+        per = -(-nodes // processes)
+        me = str(Path(__file__).resolve())
+        counts = [min(per, nodes - first) for first in range(0, nodes, per)]
+        for count in counts:
+            argv = [sys.executable, me, "--clients", str(port), str(count), str(timeout)]
+            children.append(
+                subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            )
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        served = psutil.Process(server.pid)
+        cpu0 = served.cpu_times()
+        for child in children:  # released together: one line each
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        took: List[Any] = []
+        crashed = 0
+        for child, count in zip(children, counts):
+            out, _ = child.communicate(timeout=timeout + 120)
+            told = [line for line in out.splitlines() if line.startswith("[")]
+            if child.returncode != 0 or not told:  # a client process that died: none answered
+                crashed += 1
+                took += [None] * count
+                continue
+            took += json.loads(told[-1])
+        cpu1 = served.cpu_times()
+    finally:
+        for proc in (server, *children):
+            proc.kill()
+    answered = sorted(t for t in took if t is not None)
+    assert len(took) == nodes
+    quantile = statistics.quantiles(answered, n=100) if len(answered) > 1 else answered * 99
+    return {
+        "torch": torch_release(),
+        "nodes": nodes,
+        "answered": len(answered),
+        "median_s": round(statistics.median(answered), 3) if answered else None,
+        "p99_s": round(quantile[98], 3) if answered else None,
+        "all_s": round(answered[-1], 3) if len(answered) == nodes else None,
+        "server_cpu_s": round((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), 2),
+        "crashed": crashed,
+    }
+
+
+COLUMNS = [
+    ("torch", "torch"),
+    ("nodes", "clients"),
+    ("answered", "answered"),
+    ("median_s", "median (s)"),
+    ("p99_s", "99th percentile (s)"),
+    ("all_s", "every client (s)"),
+    ("server_cpu_s", "store CPU (s)"),
+    ("crashed", "client processes that died"),
+]
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--clients":
+        clients(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[256, 1024, 4096])
+    parser.add_argument("--processes", type=int, default=32)
+    parser.add_argument("--timeout", type=float, default=120.0, help="each client's (s)")
+    parser.add_argument(
+        "--rows", type=Path, nargs="+", help="instead of a run: the table of these JSON rows"
+    )
+    parser.add_argument("--record", action="store_true")
+    args = parser.parse_args()
+    if args.rows:
+        rows = [
+            json.loads(line)
+            for path in args.rows
+            for line in path.read_text().splitlines()
+            if line.startswith("{")
+        ]
+    else:
+        isolate("store_connect.py")
+        rows = []
+        for n in args.nodes:
+            row = run(n, args.processes, args.timeout)
+            row["processes"] = args.processes
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    processes = ", ".join(sorted({str(r.get("processes", "?")) for r in rows}))
+    note = f"\n{processes} client processes; each client's timeout {args.timeout:g} s.\n"
+    lines = table(rows, COLUMNS)
+    print("\n".join(lines) + note)
+    if args.record:
+        record("store-connect", "\n".join(lines) + "\n" + note, ROOT / "docs" / "benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()
