@@ -12,7 +12,8 @@ client that has none within ``--timeout`` counts as failed, and so does every cl
 client process that died (counted too).
 
 Runs in a network namespace of its own (``unshare -n``, loopback up). Needs root. Prints;
-``--record`` writes the table into docs/benchmarks.md (section store-connect).
+``--record`` writes the table into docs/benchmarks.md (section store-connect) and the plot to
+docs/store-connect.png.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from loopback import isolate, raise_open_files, start_server  # noqa: E402
 from record import record  # noqa: E402
 from scale_first_round import table, torch_release  # noqa: E402
+
+PLOT = ROOT / "docs" / "store-connect.png"
 
 
 def clients(port: int, count: int, timeout: float) -> None:
@@ -145,6 +148,34 @@ COLUMNS = [
 ]
 
 
+def release_key(release: str) -> List[int]:
+    """A release's numbers (``1.13.0a0`` is 1, 13, 0), to sort by."""
+    return [int("".join(c for c in part if c.isdigit()) or 0) for part in release.split(".")]
+
+
+def plot(rows: List[Dict[str, Any]], path: Path) -> None:
+    """The median client's time and the slowest's, against N, per release."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, (key, title) in zip(
+        axes, (("median_s", "median client"), ("p99_s", "99th percentile"))
+    ):
+        for release in sorted({r["torch"] for r in rows}, key=release_key):
+            mine = [r for r in rows if r["torch"] == release and r[key] is not None]
+            ax.plot([r["nodes"] for r in mine], [r[key] for r in mine], "o-", label=release)
+        sizes = sorted({r["nodes"] for r in rows})
+        ax.set(title=f"first answer: {title}", xlabel="clients at once", ylabel="s", yscale="log")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--clients":
         clients(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
@@ -178,6 +209,7 @@ def main() -> None:
     lines = table(rows, COLUMNS)
     print("\n".join(lines) + note)
     if args.record:
+        plot(rows, PLOT)
         record("store-connect", "\n".join(lines) + "\n" + note, ROOT / "docs" / "benchmarks.md")
 
 
