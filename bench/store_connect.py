@@ -7,7 +7,9 @@ own process on loopback, as the rendezvous host runs it (its default backend for
 libuv from torch 2.4), and torch's ``TCPStore`` client, one per simulated node, each followed by
 one ``get`` of a key the bench set (the client's first answer). What is simulated: the nodes are
 threads over several client processes (``--processes``), released together by one line on
-their standard input; the time counts from that release until each client has its answer. A
+their standard input, which carries the moment of the release; the time counts from it until
+each client has its answer, and every client stays connected until the end (a real agent opens
+two: torch's and the job watch's; here each node has one). A
 client that has none within ``--timeout`` counts as failed, and so does every client of a
 client process that died (counted too).
 
@@ -41,8 +43,10 @@ PLOT = ROOT / "docs" / "store-connect.png"
 
 
 def clients(port: int, count: int, timeout: float) -> None:
-    """``count`` clients, one thread each: after ``go`` on standard input each connects and
-    reads ``bench/key``; prints the seconds each took from the release (None: no answer)."""
+    """``count`` clients, one thread each: once standard input gives the release's moment
+    (``time.time()`` in the parent) each connects and reads ``bench/key``; prints the seconds
+    from the release until each had its answer (None: no answer). Every client stays connected
+    until the process ends, as an agent's does."""
     import torch.distributed as dist
 
     raise_open_files()
@@ -50,6 +54,7 @@ def clients(port: int, count: int, timeout: float) -> None:
     wait = datetime.timedelta(seconds=timeout)
     release = threading.Event()
     took: List[Any] = []
+    held: List[Any] = []  # the connections stay open
     lock = threading.Lock()
     start = [0.0]
 
@@ -58,23 +63,23 @@ def clients(port: int, count: int, timeout: float) -> None:
         try:
             store = tcp_store("127.0.0.1", port, is_master=False, timeout=wait)
             store.get("bench/key")
-            seconds: Any = time.monotonic() - start[0]
+            seconds: Any = time.time() - start[0]
         except Exception:  # no answer within the timeout
-            seconds = None
+            store, seconds = None, None
         with lock:
             took.append(seconds)
+            held.append(store)
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(count)]
     for thread in threads:
         thread.start()
     print("ready", flush=True)
-    sys.stdin.readline()
-    start[0] = time.monotonic()
+    start[0] = float(sys.stdin.readline())
     release.set()
     for thread in threads:
         thread.join()
     print(json.dumps(took), flush=True)
-    os._exit(0)  # the clients' connections end with the process
+    os._exit(0)  # the held connections end with the process
 
 
 def run(nodes: int, processes: int, timeout: float) -> Dict[str, Any]:
@@ -100,12 +105,15 @@ def run(nodes: int, processes: int, timeout: float) -> Dict[str, Any]:
                 subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             )
         for child in children:
-            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+            assert child.stdout is not None
+            said = child.stdout.readline().strip()
+            assert said == "ready", said
         served = psutil.Process(server.pid)
         cpu0 = served.cpu_times()
-        for child in children:  # released together: one line each
+        released = repr(time.time())  # one moment for all: each process counts from it
+        for child in children:
             assert child.stdin is not None
-            child.stdin.write("go\n")
+            child.stdin.write(released + "\n")
             child.stdin.flush()
         took: List[Any] = []
         crashed = 0
@@ -121,6 +129,7 @@ def run(nodes: int, processes: int, timeout: float) -> Dict[str, Any]:
     finally:
         for proc in (server, *children):
             proc.kill()
+            proc.wait()
     answered = sorted(t for t in took if t is not None)
     assert len(took) == nodes
     quantile = statistics.quantiles(answered, n=100) if len(answered) > 1 else answered * 99
@@ -133,6 +142,7 @@ def run(nodes: int, processes: int, timeout: float) -> Dict[str, Any]:
         "all_s": round(answered[-1], 3) if len(answered) == nodes else None,
         "server_cpu_s": round((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), 2),
         "crashed": crashed,
+        "timeout": timeout,
     }
 
 
@@ -205,7 +215,8 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             rows.append(row)
     processes = ", ".join(sorted({str(r.get("processes", "?")) for r in rows}))
-    note = f"\n{processes} client processes; each client's timeout {args.timeout:g} s.\n"
+    timeouts = ", ".join(sorted({f"{r.get('timeout', '?')}" for r in rows}))
+    note = f"\n{processes} client processes; each client's timeout {timeouts} s.\n"
     lines = table(rows, COLUMNS)
     print("\n".join(lines) + note)
     if args.record:
