@@ -7,12 +7,17 @@ operation (the node leaves the complete round; the round after it starts when th
 has left) and then its join operation, with torch's keep-alives inside the join and its last
 call. What is simulated: the round before and the loss. The bench writes the state that torch's
 sanitize leaves once a member's heartbeat is older than its expiry: round 1 complete, the lost
-member (the last node rank, not the host) already removed, every other heartbeat stamped now;
-then every live member's handler reads it (uncounted) and, at one start signal (a store key; the
-job watch's restart reaches the nodes within a beat of each other), calls ``next_rendezvous()``.
-The lost member's handler does nothing. The nodes are threads over several client processes
-(``--processes``), all on this machine's cores, with no workers; addresses as in
-scale_first_round.py.
+member (the last node rank, not the host) already removed, every other heartbeat stamped at the
+writing; then every live member's handler reads it (uncounted) and, at one start signal (a
+store key; the job watch's restart reaches the nodes within a beat of each other), calls
+``next_rendezvous()``. The lost member's handler does nothing. The heartbeats are a few seconds
+old at the signal (every node reads the state first, and the spare joins the wait list: the
+row's ``heartbeats_age_s``, which the rows recorded at 14ce106 do not have); torch's own
+keep-alive timers do not run before it, as ``next_rendezvous()`` stops them. Each node's store
+client waits up to the join timeout for an answer, where torch's c10d backend waits
+``read_timeout`` (60 s): a write slower than that would fail a real node and only waits here.
+The nodes are threads over several client processes (``--processes``), all on this machine's
+cores, with no workers; addresses as in scale_first_round.py.
 
 Two ways on (``--ways``), as the job watch takes them:
 
@@ -30,8 +35,8 @@ session): it does no store operation in the round (the host's member key is read
 and turns a join into torch's own one-second look while the host is missing, which it is not
 here. Counted as in scale_first_round.py: compare_set tries and those that won, gets, the
 state blob's largest size, the bytes moved; from the start signal until every node of the next
-round has its rank (the spare's operations before the signal are counted too). A node without a
-rank within ``--join-timeout`` is counted as not ranked.
+round has its rank (the spare's operations before the signal are counted too, the store's CPU
+from the signal). A node without a rank within ``--join-timeout`` is counted as not ranked.
 
 Runs in a network namespace of its own (``unshare -n``, loopback up). Needs root. Prints;
 ``--record`` writes the table into docs/benchmarks.md (section scale-recovery-round) and the
@@ -235,10 +240,14 @@ def run(
         )
         backend = C10dRendezvousBackend(control, RUN_ID)
         # what torch's sanitize leaves of round 1 once the last member's heartbeat expired
-        assert backend.set_state(pickle.dumps(round_state(descs[: members - 1]))) is not None
+        written = backend.set_state(pickle.dumps(round_state(descs[: members - 1])))
+        assert written is not None, "the state was not written"
+        stamped = time.monotonic()  # the round's heartbeats
         control.set("bench/seeded", "1")
         for child in children:
-            assert child.stdout is not None and child.stdout.readline().strip() == "synced"
+            assert child.stdout is not None
+            said = child.stdout.readline().strip()
+            assert said == "synced", said
         if way == "spare":  # the spare is in torch's wait list before the restart
             deadline = time.monotonic() + SPARE_WAIT
             while time.monotonic() < deadline:
@@ -252,6 +261,7 @@ def run(
                 raise SystemExit(f"the spare was not in torch's wait list after {SPARE_WAIT:.0f} s")
         served = psutil.Process(server.pid)
         cpu0 = served.cpu_times()
+        stamped_s = time.monotonic() - stamped
         control.set("bench/go", repr(time.time()))
         found: List[Dict[str, Any]] = []
         tries = won = gets = blob = moved = 0
@@ -288,10 +298,12 @@ def run(
             "state_bytes": blob,
             "moved_mb": round(moved / 1e6, 1),
             "server_cpu_s": round((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), 2),
+            "heartbeats_age_s": round(stamped_s, 1),
         }
     finally:
         for proc in (server, *children):
             proc.kill()
+            proc.wait()
 
 
 COLUMNS = [
