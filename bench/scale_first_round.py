@@ -77,6 +77,11 @@ class Counted:
         self.blob = 0
         self.moved = 0
 
+    def reset(self) -> None:
+        """The counts from zero (after the backend's constructor, which writes its sentinel)."""
+        with self.lock:
+            self.tries = self.won = self.gets = self.blob = self.moved = 0
+
     def compare_set(self, key: str, expected: Any, desired: Any) -> Any:
         found = self.store.compare_set(key, expected, desired)
         wanted = desired.encode() if isinstance(desired, str) else desired
@@ -152,6 +157,7 @@ def agents(port: int, first: int, count: int, nodes: int, join: float, mode: str
             **addr,  # torch adds the pid and a counter
             timeout=RendezvousTimeout(join=wait, close=wait),
         )
+        counted.reset()  # not the backend constructor's sentinel write
         ready.wait()
         start = float(store.get("bench/go"))
         try:

@@ -165,7 +165,7 @@ def agents(
     for handler in handlers:  # the round before, as every node knows it (not counted)
         handler._state_holder.sync()
     for counted in counters:
-        counted.tries = counted.won = counted.gets = counted.moved = counted.blob = 0
+        counted.reset()
     results: List[Dict[str, Any]] = []
     lock = threading.Lock()
 
