@@ -308,7 +308,8 @@ def test_an_agents_worker_gets_a_signal_once_whoever_sent_it(how: str, says: str
     out: Any = agent.stdout
     try:
         seen = [out.readline(), out.readline()]
-        assert sorted(line.split()[0] for line in seen if line) == ["READY", "UP"], seen
+        words = sorted((line.split() or [repr(line)])[0] for line in seen if line)
+        assert words == ["READY", "UP"], seen  # a line without a word shows as itself
         SENDERS[how](agent.pid)
         time.sleep(LATER + 1.5)
         assert agent.poll() is None, "the agent goes on"
