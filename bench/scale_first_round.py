@@ -24,7 +24,8 @@ the machine.
 for N participants up to 4,096 (pickling the state, base64 as the c10d backend sends it, and
 unpickling the answer): the part of a try that the store serialises, from which the table
 projects the shortest first round (N writes one after the other) and the most keep-alives the
-state can take per second.
+state can take per second; again with a heartbeat of its own per node, as a real state has
+them (the formed round's builder stamps one moment for all, which pickle writes once).
 
 It runs in a network namespace of its own (``unshare -n``, loopback up), like heartbeat_load.py.
 Needs root. Prints; ``--record`` writes the table into docs/benchmarks.md (section
@@ -326,30 +327,41 @@ def state_cost(sizes: List[int], repeat: int) -> Dict[str, Any]:
     """What one try costs a node for each size: the rendezvous state with N participants (each
     with its heartbeat, as after a round) pickled and base64-encoded as the c10d backend sends
     it, and the answer decoded and unpickled; the median of ``repeat``; from it the shortest
-    first round (N such writes one after the other) and the most keep-alives per second."""
+    first round (N such writes one after the other) and the most keep-alives per second. Twice:
+    with every heartbeat the one moment :func:`round_state` stamps (pickle then writes it once),
+    and with a moment of its own per node, as the nodes' keep-alives leave a real state."""
     import base64
     import pickle
 
     from torchrun_jsc.torch_defaults import KEEP_ALIVE_INTERVAL
 
-    rows = []
-    for n in sizes:
-        state = round_state(made_up_nodes(n))
+    def one_try(state: Any) -> Tuple[int, float]:
         blob = base64.b64encode(pickle.dumps(state))
         took = []
         for _ in range(repeat):
             start = time.perf_counter()
             pickle.loads(base64.b64decode(base64.b64encode(pickle.dumps(state))))
             took.append(time.perf_counter() - start)
-        try_s = statistics.median(took)
+        return len(blob), statistics.median(took)
+
+    rows = []
+    for n in sizes:
+        state = round_state(made_up_nodes(n))
+        size, try_s = one_try(state)
+        for k, node in enumerate(state.last_heartbeats):  # each its own moment
+            state.last_heartbeats[node] -= datetime.timedelta(microseconds=k + 1)
+        own_size, own_s = one_try(state)
         rows.append(
             {
                 "nodes": n,
-                "blob_kb": round(len(blob) / 1e3, 1),
+                "blob_kb": round(size / 1e3, 1),
                 "try_ms": round(try_s * 1e3, 2),
                 "serial_round_s": round(n * try_s, 1),
                 "keep_alives_per_s": round(n / KEEP_ALIVE_INTERVAL),
                 "writes_per_s": round(1 / try_s),
+                "own_blob_kb": round(own_size / 1e3, 1),
+                "own_try_ms": round(own_s * 1e3, 2),
+                "own_writes_per_s": round(1 / own_s),
             }
         )
     return {"rows": rows, "interval": KEEP_ALIVE_INTERVAL}
@@ -362,6 +374,9 @@ COST_COLUMNS = [
     ("serial_round_s", "N tries in a row (s)"),
     ("keep_alives_per_s", "keep-alives needed (/s)"),
     ("writes_per_s", "writes one after the other (/s)"),
+    ("own_blob_kb", "a heartbeat per node: blob (kB)"),
+    ("own_try_ms", "one try (ms)"),
+    ("own_writes_per_s", "writes one after the other (/s)"),
 ]
 
 
