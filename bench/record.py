@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import datetime
+import json
 import platform
 import subprocess
 from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+
+def read_rows(paths: Sequence[Path]) -> List[Dict[str, Any]]:
+    """The JSON rows (lines starting with ``{``) that a benchmark printed into these files, in
+    order: the figures of earlier runs, to table or record again."""
+    return [
+        json.loads(line)
+        for path in paths
+        for line in path.read_text().splitlines()
+        if line.startswith("{")
+    ]
 
 
 def record(name: str, body: str, path: Path) -> None:

@@ -56,7 +56,7 @@ from loopback import (  # noqa: E402
     start_clients,
     start_server,
 )
-from record import record  # noqa: E402
+from record import read_rows, record  # noqa: E402
 
 #: The round's key prefix (the run id).
 RUN_ID = "bench"
@@ -103,6 +103,53 @@ class Counted:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
+
+
+def counts(counters: Sequence[Counted]) -> Dict[str, int]:
+    """One client process's counts, as it reports them: the sums, and the largest blob."""
+    return {
+        "tries": sum(c.tries for c in counters),
+        "won": sum(c.won for c in counters),
+        "gets": sum(c.gets for c in counters),
+        "blob": max((c.blob for c in counters), default=0),
+        "moved": sum(c.moved for c in counters),
+    }
+
+
+def gathered(
+    children: Sequence[Any], timeout: float
+) -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
+    """Every client process's nodes and counts (its last line: ``{"nodes": [...], **counts}``),
+    waited for at most ``timeout`` seconds each; the counts summed, the largest blob kept."""
+    found: List[Dict[str, Any]] = []
+    total = dict.fromkeys(("tries", "won", "gets", "blob", "moved"), 0)
+    for child in children:
+        out, _ = child.communicate(timeout=timeout)
+        report = json.loads(out.strip().splitlines()[-1])
+        found += report.pop("nodes")
+        for key, value in report.items():
+            total[key] = max(total[key], value) if key == "blob" else total[key] + value
+    return found, total
+
+
+def round_figures(found: List[Dict[str, Any]], size: int, total: Dict[str, int]) -> Dict[str, Any]:
+    """A round's figures: the time until its ``size`` nodes all had a rank (None when some had
+    none), the median node's, and the state operations, per node of the round too."""
+    ranked = [r for r in found if r["rank"] is not None]
+    times = sorted(r["s"] for r in ranked) or [math.nan]
+    tries, won, gets = total["tries"], total["won"], total["gets"]
+    return {
+        "ranked": len(ranked),
+        "all_ranked_s": round(times[-1], 2) if len(ranked) == size else None,
+        "median_s": round(statistics.median(times), 2),
+        "compare_set_tries": tries,
+        "compare_set_won": won,
+        "retries_per_node": round((tries - won) / size, 1),
+        "gets": gets,
+        "ops_per_node": round((tries + gets) / size, 1),
+        "state_bytes": total["blob"],
+        "moved_mb": round(total["moved"] / 1e6, 1),
+    }
 
 
 def install_patches(first: int) -> None:
@@ -179,14 +226,7 @@ def agents(port: int, first: int, count: int, nodes: int, join: float, mode: str
     print("ready", flush=True)
     for thread in threads:
         thread.join()
-    totals = {
-        "tries": sum(c.tries for c in counters),
-        "won": sum(c.won for c in counters),
-        "gets": sum(c.gets for c in counters),
-        "blob": max((c.blob for c in counters), default=0),
-        "moved": sum(c.moved for c in counters),
-    }
-    print(json.dumps({"nodes": results, **totals}), flush=True)
+    print(json.dumps({"nodes": results, **counts(counters)}), flush=True)
     os._exit(0)
 
 
@@ -205,35 +245,17 @@ def run(nodes: int, processes: int, join: float, mode: str) -> Dict[str, Any]:
     cpu0 = proc.cpu_times()
     start = time.time()
     control.set("bench/go", repr(start))
-    found: List[Dict[str, Any]] = []
-    tries = won = gets = blob = moved = 0
-    for child in children:
-        out, _ = child.communicate(timeout=1800)
-        report = json.loads(out.strip().splitlines()[-1])
-        found += report["nodes"]
-        tries, won, gets = tries + report["tries"], won + report["won"], gets + report["gets"]
-        blob = max(blob, report["blob"])
-        moved += report["moved"]
+    found, total = gathered(children, 1800)
     cpu1 = proc.cpu_times()
     server.kill()
     server.wait()
-    ranked = [r for r in found if r["rank"] is not None]
-    times = sorted(r["s"] for r in ranked) or [math.nan]
-    assert len(found) == nodes and sorted(r["rank"] for r in ranked) in ([], list(range(nodes)))
+    ranks = sorted(r["rank"] for r in found if r["rank"] is not None)
+    assert len(found) == nodes and ranks in ([], list(range(nodes)))
     return {
         "torch": torch_release(),
         "mode": mode,
         "nodes": nodes,
-        "ranked": len(ranked),
-        "all_ranked_s": round(times[-1], 2) if len(ranked) == nodes else None,
-        "median_s": round(statistics.median(times), 2),
-        "compare_set_tries": tries,
-        "compare_set_won": won,
-        "retries_per_node": round((tries - won) / nodes, 1),
-        "gets": gets,
-        "ops_per_node": round((tries + gets) / nodes, 1),
-        "state_bytes": blob,
-        "moved_mb": round(moved / 1e6, 1),
+        **round_figures(found, nodes, total),
         "server_cpu_s": round((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), 2),
     }
 
@@ -452,13 +474,7 @@ def main() -> None:
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
     if args.releases:
-        rows = [
-            json.loads(line)
-            for path in args.releases
-            for line in path.read_text().splitlines()
-            if line.startswith("{")
-        ]
-        lines = table(rows, RELEASE_COLUMNS)
+        lines = table(read_rows(args.releases), RELEASE_COLUMNS)
         print("\n".join(lines))
         if args.record:
             section = "\n".join(lines) + "\n"

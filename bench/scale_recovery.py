@@ -48,10 +48,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import pickle
-import statistics
 import sys
 import threading
 import time
@@ -69,15 +67,18 @@ from loopback import (  # noqa: E402
     start_clients,
     start_server,
 )
-from record import record  # noqa: E402
+from record import read_rows, record  # noqa: E402
 from scale_first_round import (  # noqa: E402
     MODES,
     RUN_ID,
     Counted,
+    counts,
     described,
     exponent,
     formed,
+    gathered,
     install_patches,
+    round_figures,
     round_state,
     table,
     torch_release,
@@ -202,14 +203,7 @@ def agents(
     start = float(control.get("bench/go"))
     for row in results:
         row["s"] = row.pop("done") - start
-    totals = {
-        "tries": sum(c.tries for c in counters),
-        "won": sum(c.won for c in counters),
-        "gets": sum(c.gets for c in counters),
-        "blob": max((c.blob for c in counters), default=0),
-        "moved": sum(c.moved for c in counters),
-    }
-    print(json.dumps({"nodes": results, **totals}), flush=True)
+    print(json.dumps({"nodes": results, **counts(counters)}), flush=True)
     os._exit(0)  # torch's keep-alives go on in the background
 
 
@@ -263,21 +257,10 @@ def run(
         cpu0 = served.cpu_times()
         stamped_s = time.monotonic() - stamped
         control.set("bench/go", repr(time.time()))
-        found: List[Dict[str, Any]] = []
-        tries = won = gets = blob = moved = 0
-        for child in children:
-            out, _ = child.communicate(timeout=join + 600)
-            report = json.loads(out.strip().splitlines()[-1])
-            found += report["nodes"]
-            tries, won, gets = tries + report["tries"], won + report["won"], gets + report["gets"]
-            blob = max(blob, report["blob"])
-            moved += report["moved"]
+        found, ops = gathered(children, join + 600)
         cpu1 = served.cpu_times()
-        server.kill()
-        server.wait()
         size = least if way == "shrink" else most
         ranked = [r for r in found if r["rank"] is not None]
-        times = sorted(r["s"] for r in ranked) or [math.nan]
         assert len(found) == total - 1, (len(found), total)
         assert sorted(r["rank"] for r in ranked) in ([], list(range(size))), "ranks"
         assert all(r["round"] == 2 for r in ranked), "the next round is torch's round 2"
@@ -287,20 +270,11 @@ def run(
             "way": way,
             "nodes": members,
             "next_round": size,
-            "ranked": len(ranked),
-            "all_ranked_s": round(times[-1], 2) if len(ranked) == size else None,
-            "median_s": round(statistics.median(times), 2),
-            "compare_set_tries": tries,
-            "compare_set_won": won,
-            "retries_per_node": round((tries - won) / size, 1),
-            "gets": gets,
-            "ops_per_node": round((tries + gets) / size, 1),
-            "state_bytes": blob,
-            "moved_mb": round(moved / 1e6, 1),
+            **round_figures(found, size, ops),
             "server_cpu_s": round((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), 2),
             "heartbeats_age_s": round(stamped_s, 1),
         }
-    finally:
+    finally:  # the server and the clients end here
         for proc in (server, *children):
             proc.kill()
             proc.wait()
@@ -444,16 +418,6 @@ def main() -> None:
     if args.record:
         body = "\n".join(lines) + "\n" + note
         record("scale-recovery-round", body, ROOT / "docs" / "benchmarks.md")
-
-
-def read_rows(paths: List[Path]) -> List[Dict[str, Any]]:
-    """The JSON rows (lines starting with ``{``) of these files, in order."""
-    return [
-        json.loads(line)
-        for path in paths
-        for line in path.read_text().splitlines()
-        if line.startswith("{")
-    ]
 
 
 def growth_note(rows: List[Dict[str, Any]]) -> str:

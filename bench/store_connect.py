@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from loopback import isolate, raise_open_files, start_server  # noqa: E402
-from record import record  # noqa: E402
+from record import read_rows, record  # noqa: E402
 from scale_first_round import table, torch_release  # noqa: E402
 
 PLOT = ROOT / "docs" / "store-connect.png"
@@ -200,12 +200,7 @@ def main() -> None:
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
     if args.rows:
-        rows = [
-            json.loads(line)
-            for path in args.rows
-            for line in path.read_text().splitlines()
-            if line.startswith("{")
-        ]
+        rows = read_rows(args.rows)
     else:
         isolate("store_connect.py")
         rows = []
